@@ -1,0 +1,123 @@
+// openmtia device runtime: the "driver" interface of the openmtia accelerator.
+//
+// This header has no torch dependency. The implementation shipped here
+// (src/emulated.cpp) emulates the hardware on the host CPU: device memory is
+// host memory with its own per-device capacity and accounting, every stream is
+// an in-order queue executed by its own worker thread. A real driver would
+// implement the same functions over its hardware.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <stdexcept>
+#include <string>
+
+namespace omr {
+
+enum class ErrorCode {
+  kOutOfMemory,    // device allocation past capacity
+  kInvalidDevice,  // device index out of range
+  kInvalidValue,   // bad argument (unknown stream, pointer not owned, ...)
+  kTaskFailed,     // an asynchronous task failed; reported at a sync point
+};
+
+class Error : public std::runtime_error {
+ public:
+  Error(ErrorCode code, const std::string& msg) : std::runtime_error(msg), code_(code) {}
+  ErrorCode code() const { return code_; }
+
+ private:
+  ErrorCode code_;
+};
+
+class OutOfMemoryError : public Error {
+ public:
+  OutOfMemoryError(int device, size_t requested, size_t used, size_t capacity);
+  int device;
+  size_t requested, used, capacity;
+};
+
+class TaskError : public Error {
+ public:
+  TaskError(std::string task, const std::string& msg)
+      : Error(ErrorCode::kTaskFailed, msg), task(std::move(task)) {}
+  std::string task;  // name of the failed task
+};
+
+// ---------------------------------------------------------------- devices
+struct DeviceProperties {
+  std::string name;
+  size_t total_memory = 0;
+  int major = 0, minor = 0;   // compute capability
+  int processor_count = 0;
+  bool host_addressable = false;  // device pointers may be dereferenced on the host
+};
+
+// Number of devices: OPENMTIA_DEVICE_COUNT (default 2). Never throws.
+int deviceCount() noexcept;
+void checkDevice(int device);  // throws Error(kInvalidDevice)
+DeviceProperties deviceProperties(int device);
+// Bytes currently allocated on the device and its capacity
+// (OPENMTIA_DEVICE_MEMORY, default 8G; accepts 512M, 4G, 1.5G, 1024 ...).
+void memGetInfo(int device, size_t* free_bytes, size_t* total_bytes);
+// Parses a byte size such as "512M", "4G", "4GiB", "1024". Throws on bad text.
+size_t parseByteSize(const std::string& text);
+
+// ---------------------------------------------------------------- memory
+// Allocates device memory (256-byte aligned). 0 bytes -> nullptr.
+// Throws OutOfMemoryError past capacity; never aborts.
+void* deviceMalloc(int device, size_t bytes);
+void deviceFree(int device, void* ptr);
+// Device that owns ptr (anywhere inside an allocation), or -1.
+int pointerDevice(const void* ptr);
+
+void* hostMallocPinned(size_t bytes);
+void hostFreePinned(void* ptr);
+bool isPinned(const void* ptr);  // anywhere inside a pinned allocation
+
+// ---------------------------------------------------------------- streams
+// Stream ids are per device: 0 is the default stream, 1..kPoolSize the normal
+// priority pool, kPoolSize+1..2*kPoolSize the high priority pool.
+using StreamId = int;
+constexpr int kPoolSize = 8;
+constexpr StreamId kDefaultStream = 0;
+int streamPriority(StreamId stream);  // 0 normal, -1 high
+// Next stream of the pool (round robin). priority < 0 selects the high pool.
+StreamId streamFromPool(int device, int priority);
+void checkStream(int device, StreamId stream);
+
+using Task = std::function<void()>;
+// Enqueue a task; returns at once. A task that throws records its error on the
+// stream; the error is raised (as TaskError) at the next synchronization of that
+// stream, its device, or an event recorded after it. The stream keeps running.
+void launch(int device, StreamId stream, std::string name, Task task);
+bool streamQuery(int device, StreamId stream);
+void streamSynchronize(int device, StreamId stream);
+void deviceSynchronize(int device);  // all streams of the device
+
+// ---------------------------------------------------------------- events
+struct Event;  // opaque
+Event* eventCreate(bool enable_timing);
+void eventDestroy(Event* event);
+void eventRecord(Event* event, int device, StreamId stream);
+// Work enqueued on `stream` after this call waits for the event's last record.
+// A never-recorded event is ignored.
+void streamWaitEvent(int device, StreamId stream, Event* event);
+bool eventQuery(Event* event);  // true if never recorded or completed
+void eventSynchronize(Event* event);
+// Milliseconds between two completed timing events.
+double eventElapsedMs(Event* start, Event* end);
+int eventDevice(Event* event);  // -1 if never recorded
+
+// ---------------------------------------------------------------- copies
+enum class CopyKind { kHostToDevice, kDeviceToHost, kDeviceToDevice };
+// Synchronous copy: ordered after all work on the device's default stream is
+// NOT implied; it copies now. For device-to-device, dst may be on another device.
+void memcpy(void* dst, const void* src, size_t bytes, CopyKind kind);
+// Asynchronous copy on (device, stream). `device` is the source device for
+// device-to-device and device-to-host, the destination for host-to-device.
+void memcpyAsync(void* dst, const void* src, size_t bytes, CopyKind kind,
+                 int device, StreamId stream);
+
+}  // namespace omr

@@ -1,0 +1,515 @@
+// Host-CPU emulation of the openmtia device runtime (see openmtia/runtime.h).
+#include "openmtia/runtime.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace omr {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr size_t kAlignment = 256;
+constexpr int kStreamsPerDevice = 1 + 2 * kPoolSize;
+
+std::string fmtBytes(size_t b) {
+  char buf[64];
+  if (b >= (1ull << 30)) std::snprintf(buf, sizeof buf, "%.2f GiB", b / double(1ull << 30));
+  else if (b >= (1ull << 20)) std::snprintf(buf, sizeof buf, "%.2f MiB", b / double(1ull << 20));
+  else std::snprintf(buf, sizeof buf, "%zu bytes", b);
+  return buf;
+}
+
+// A set of [ptr, ptr+size) ranges with lookup of the range holding an address.
+class RangeMap {
+ public:
+  void add(const void* p, size_t n) { ranges_[reinterpret_cast<uintptr_t>(p)] = n; }
+  // Returns the size of the range that starts at p, 0 if none.
+  size_t remove(const void* p) {
+    auto it = ranges_.find(reinterpret_cast<uintptr_t>(p));
+    if (it == ranges_.end()) return 0;
+    size_t n = it->second;
+    ranges_.erase(it);
+    return n;
+  }
+  bool contains(const void* p, size_t len = 1) const {
+    uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    auto it = ranges_.upper_bound(a);
+    if (it == ranges_.begin()) return false;
+    --it;
+    return a >= it->first && a + std::max<size_t>(len, 1) <= it->first + std::max<size_t>(it->second, 1);
+  }
+
+ private:
+  std::map<uintptr_t, size_t> ranges_;
+};
+
+struct EventState {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool timing = false;
+  int device = -1;
+  StreamId stream = 0;
+  uint64_t target = 0;      // the stream's completion count that marks the last record
+  uint64_t version = 0;     // number of records
+  uint64_t done_version = 0;
+  Clock::time_point time;   // when the last record was reached
+};
+
+struct Stream {
+  int device = 0;
+  StreamId id = 0;
+  std::mutex mu;
+  std::condition_variable cv_work, cv_done;
+  struct Entry { std::string name; Task fn; };
+  std::deque<Entry> queue;
+  uint64_t enqueued = 0, completed = 0;
+  std::string error_task, error_msg;  // first failure not yet reported
+  bool has_error = false;
+  std::thread worker;
+
+  void start() {
+    worker = std::thread([this] { run(); });
+    worker.detach();  // the runtime lives for the whole process
+  }
+  void run() {
+    std::unique_lock<std::mutex> lk(mu);
+    for (;;) {
+      cv_work.wait(lk, [this] { return !queue.empty(); });
+      Entry e = std::move(queue.front());
+      queue.pop_front();
+      lk.unlock();
+      std::string err;
+      bool failed = false;
+      try {
+        e.fn();
+      } catch (const std::exception& ex) {
+        failed = true;
+        err = ex.what();
+      } catch (...) {
+        failed = true;
+        err = "unknown exception";
+      }
+      e.fn = nullptr;  // release captured resources before signalling completion
+      lk.lock();
+      if (failed && !has_error) {
+        has_error = true;
+        error_task = e.name;
+        error_msg = err;
+      }
+      ++completed;
+      cv_done.notify_all();
+    }
+  }
+  uint64_t push(std::string name, Task fn) {
+    std::lock_guard<std::mutex> lk(mu);
+    queue.push_back({std::move(name), std::move(fn)});
+    uint64_t seq = ++enqueued;
+    cv_work.notify_one();
+    return seq;
+  }
+  void waitFor(uint64_t seq) {
+    std::unique_lock<std::mutex> lk(mu);
+    cv_done.wait(lk, [&] { return completed >= seq; });
+  }
+  // Raises (and clears) a pending task error.
+  void raiseError() {
+    std::unique_lock<std::mutex> lk(mu);
+    if (!has_error) return;
+    has_error = false;
+    std::string task = std::move(error_task), msg = std::move(error_msg);
+    lk.unlock();
+    throw TaskError(task, "openmtia: asynchronous task '" + task + "' failed on mtia:" +
+                              std::to_string(device) + " stream " + std::to_string(id) +
+                              ": " + msg);
+  }
+  void synchronize() {
+    uint64_t seq;
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      seq = enqueued;
+    }
+    waitFor(seq);
+    raiseError();
+  }
+};
+
+struct Device {
+  int index = 0;
+  size_t capacity = 0;
+  std::mutex mem_mu;
+  size_t used = 0;
+  RangeMap allocations;
+  std::mutex stream_mu;
+  std::unique_ptr<Stream> streams[kStreamsPerDevice];
+  std::atomic<unsigned> next_pool[2] = {0, 0};
+
+  Stream& stream(StreamId id) {
+    std::lock_guard<std::mutex> lk(stream_mu);
+    auto& s = streams[id];
+    if (!s) {  // workers start lazily: an idle stream costs nothing
+      s = std::make_unique<Stream>();
+      s->device = index;
+      s->id = id;
+      s->start();
+    }
+    return *s;
+  }
+  std::vector<Stream*> startedStreams() {
+    std::lock_guard<std::mutex> lk(stream_mu);
+    std::vector<Stream*> out;
+    for (auto& s : streams)
+      if (s) out.push_back(s.get());
+    return out;
+  }
+};
+
+class Runtime {
+ public:
+  static Runtime& get() {
+    static Runtime* rt = new Runtime();  // never destroyed: workers outlive main()
+    return *rt;
+  }
+  int count() const { return static_cast<int>(devices_.size()); }
+  Device& device(int d) {
+    checkDevice(d);
+    return *devices_[d];
+  }
+  std::mutex pinned_mu;
+  RangeMap pinned;
+
+ private:
+  Runtime() {
+    int n = 2;
+    if (const char* s = std::getenv("OPENMTIA_DEVICE_COUNT")) {
+      char* end = nullptr;
+      long v = std::strtol(s, &end, 10);
+      if (end != s && *end == '\0' && v >= 0 && v <= 64) n = static_cast<int>(v);
+      else std::fprintf(stderr, "openmtia: ignoring invalid OPENMTIA_DEVICE_COUNT='%s'\n", s);
+    }
+    size_t cap = size_t(8) << 30;
+    if (const char* s = std::getenv("OPENMTIA_DEVICE_MEMORY")) {
+      try {
+        cap = parseByteSize(s);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "openmtia: ignoring OPENMTIA_DEVICE_MEMORY: %s\n", e.what());
+      }
+    }
+    for (int i = 0; i < n; ++i) {
+      devices_.push_back(std::make_unique<Device>());
+      devices_.back()->index = i;
+      devices_.back()->capacity = cap;
+    }
+  }
+  std::vector<std::unique_ptr<Device>> devices_;
+};
+
+Stream& getStream(int device, StreamId id) {
+  checkStream(device, id);
+  return Runtime::get().device(device).stream(id);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- errors
+OutOfMemoryError::OutOfMemoryError(int dev, size_t req, size_t used_, size_t cap)
+    : Error(ErrorCode::kOutOfMemory,
+            "mtia:" + std::to_string(dev) + " out of memory: tried to allocate " +
+                fmtBytes(req) + "; " + fmtBytes(used_) + " already allocated, " +
+                fmtBytes(cap - used_) + " free of " + fmtBytes(cap) + " total capacity"),
+      device(dev), requested(req), used(used_), capacity(cap) {}
+
+size_t parseByteSize(const std::string& text) {
+  const char* s = text.c_str();
+  char* end = nullptr;
+  double v = std::strtod(s, &end);
+  if (end == s || !(v >= 0) || std::isinf(v)) throw Error(ErrorCode::kInvalidValue, "bad byte size '" + text + "'");
+  std::string unit(end);
+  std::string u;
+  for (char c : unit) if (c != ' ') u += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (u.size() >= 2 && u.substr(u.size() - 2) == "IB") u.resize(u.size() - 2);
+  else if (u.size() >= 2 && u.back() == 'B') u.pop_back();
+  double mul;
+  if (u.empty() || u == "B") mul = 1;
+  else if (u == "K") mul = 1024.0;
+  else if (u == "M") mul = 1024.0 * 1024;
+  else if (u == "G") mul = 1024.0 * 1024 * 1024;
+  else if (u == "T") mul = 1024.0 * 1024 * 1024 * 1024;
+  else throw Error(ErrorCode::kInvalidValue, "bad byte size unit in '" + text + "'");
+  return static_cast<size_t>(v * mul);
+}
+
+// ---------------------------------------------------------------- devices
+int deviceCount() noexcept {
+  try {
+    return Runtime::get().count();
+  } catch (...) {
+    return 0;
+  }
+}
+
+void checkDevice(int device) {
+  int n = deviceCount();
+  if (device < 0 || device >= n)
+    throw Error(ErrorCode::kInvalidDevice, "invalid mtia device index " + std::to_string(device) +
+                                               " (device count is " + std::to_string(n) + ")");
+}
+
+DeviceProperties deviceProperties(int device) {
+  Device& d = Runtime::get().device(device);
+  DeviceProperties p;
+  p.name = "openmtia emulated device";
+  p.total_memory = d.capacity;
+  p.major = 1;
+  p.minor = 0;
+  p.processor_count = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  p.host_addressable = true;
+  return p;
+}
+
+void memGetInfo(int device, size_t* free_bytes, size_t* total_bytes) {
+  Device& d = Runtime::get().device(device);
+  std::lock_guard<std::mutex> lk(d.mem_mu);
+  if (free_bytes) *free_bytes = d.capacity - d.used;
+  if (total_bytes) *total_bytes = d.capacity;
+}
+
+// ---------------------------------------------------------------- memory
+void* deviceMalloc(int device, size_t bytes) {
+  Device& d = Runtime::get().device(device);
+  if (bytes == 0) return nullptr;
+  size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  {
+    std::lock_guard<std::mutex> lk(d.mem_mu);
+    if (rounded > d.capacity - d.used) throw OutOfMemoryError(device, bytes, d.used, d.capacity);
+    d.used += rounded;
+  }
+  void* p = std::aligned_alloc(kAlignment, rounded);
+  std::lock_guard<std::mutex> lk(d.mem_mu);
+  if (!p) {
+    d.used -= rounded;
+    throw OutOfMemoryError(device, bytes, d.used, d.capacity);
+  }
+  d.allocations.add(p, rounded);
+  return p;
+}
+
+void deviceFree(int device, void* ptr) {
+  if (!ptr) return;
+  Device& d = Runtime::get().device(device);
+  {
+    std::lock_guard<std::mutex> lk(d.mem_mu);
+    size_t n = d.allocations.remove(ptr);
+    if (n == 0) throw Error(ErrorCode::kInvalidValue, "deviceFree: pointer not allocated on mtia:" + std::to_string(device));
+    d.used -= n;
+  }
+  std::free(ptr);
+}
+
+int pointerDevice(const void* ptr) {
+  Runtime& rt = Runtime::get();
+  for (int i = 0; i < rt.count(); ++i) {
+    Device& d = rt.device(i);
+    std::lock_guard<std::mutex> lk(d.mem_mu);
+    if (d.allocations.contains(ptr)) return i;
+  }
+  return -1;
+}
+
+void* hostMallocPinned(size_t bytes) {
+  if (bytes == 0) return nullptr;
+  size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  void* p = std::aligned_alloc(kAlignment, rounded);
+  if (!p) throw Error(ErrorCode::kOutOfMemory, "pinned host allocation of " + fmtBytes(bytes) + " failed");
+  Runtime& rt = Runtime::get();
+  std::lock_guard<std::mutex> lk(rt.pinned_mu);
+  rt.pinned.add(p, rounded);
+  return p;
+}
+
+void hostFreePinned(void* ptr) {
+  if (!ptr) return;
+  Runtime& rt = Runtime::get();
+  {
+    std::lock_guard<std::mutex> lk(rt.pinned_mu);
+    if (rt.pinned.remove(ptr) == 0) throw Error(ErrorCode::kInvalidValue, "hostFreePinned: pointer is not pinned memory");
+  }
+  std::free(ptr);
+}
+
+bool isPinned(const void* ptr) {
+  if (!ptr) return false;
+  Runtime& rt = Runtime::get();
+  std::lock_guard<std::mutex> lk(rt.pinned_mu);
+  return rt.pinned.contains(ptr);
+}
+
+// ---------------------------------------------------------------- streams
+int streamPriority(StreamId stream) { return stream > kPoolSize ? -1 : 0; }
+
+void checkStream(int device, StreamId stream) {
+  checkDevice(device);
+  if (stream < 0 || stream >= kStreamsPerDevice)
+    throw Error(ErrorCode::kInvalidValue, "invalid mtia stream id " + std::to_string(stream));
+}
+
+StreamId streamFromPool(int device, int priority) {
+  Device& d = Runtime::get().device(device);
+  int high = priority < 0 ? 1 : 0;
+  unsigned k = d.next_pool[high].fetch_add(1) % kPoolSize;
+  return 1 + high * kPoolSize + static_cast<int>(k);
+}
+
+void launch(int device, StreamId stream, std::string name, Task task) {
+  getStream(device, stream).push(std::move(name), std::move(task));
+}
+
+bool streamQuery(int device, StreamId stream) {
+  Stream& s = getStream(device, stream);
+  std::lock_guard<std::mutex> lk(s.mu);
+  return s.completed == s.enqueued;
+}
+
+void streamSynchronize(int device, StreamId stream) { getStream(device, stream).synchronize(); }
+
+void deviceSynchronize(int device) {
+  auto streams = Runtime::get().device(device).startedStreams();
+  for (Stream* s : streams) {
+    uint64_t seq;
+    {
+      std::lock_guard<std::mutex> lk(s->mu);
+      seq = s->enqueued;
+    }
+    s->waitFor(seq);
+  }
+  for (Stream* s : streams) s->raiseError();
+}
+
+// ---------------------------------------------------------------- events
+struct Event {
+  std::shared_ptr<EventState> st = std::make_shared<EventState>();
+};
+
+Event* eventCreate(bool enable_timing) {
+  auto* e = new Event();
+  e->st->timing = enable_timing;
+  return e;
+}
+
+void eventDestroy(Event* event) { delete event; }
+
+void eventRecord(Event* event, int device, StreamId stream) {
+  Stream& s = getStream(device, stream);
+  std::shared_ptr<EventState> st = event->st;
+  std::lock_guard<std::mutex> lk(st->mu);
+  uint64_t version = ++st->version;
+  st->device = device;
+  st->stream = stream;
+  st->target = s.push("event_record", [st, version] {
+    auto now = Clock::now();
+    std::lock_guard<std::mutex> lk2(st->mu);
+    if (version >= st->done_version) {
+      st->done_version = version;
+      st->time = now;
+    }
+    st->cv.notify_all();
+  });
+}
+
+void streamWaitEvent(int device, StreamId stream, Event* event) {
+  std::shared_ptr<EventState> st = event->st;
+  uint64_t version;
+  {
+    std::lock_guard<std::mutex> lk(st->mu);
+    if (st->version == 0) return;
+    version = st->version;
+  }
+  launch(device, stream, "stream_wait_event", [st, version] {
+    std::unique_lock<std::mutex> lk(st->mu);
+    st->cv.wait(lk, [&] { return st->done_version >= version; });
+  });
+}
+
+bool eventQuery(Event* event) {
+  std::lock_guard<std::mutex> lk(event->st->mu);
+  return event->st->done_version >= event->st->version;
+}
+
+void eventSynchronize(Event* event) {
+  std::shared_ptr<EventState> st = event->st;
+  int device;
+  StreamId stream;
+  {
+    std::unique_lock<std::mutex> lk(st->mu);
+    if (st->version == 0) return;
+    uint64_t version = st->version;
+    st->cv.wait(lk, [&] { return st->done_version >= version; });
+    device = st->device;
+    stream = st->stream;
+  }
+  getStream(device, stream).raiseError();
+}
+
+double eventElapsedMs(Event* start, Event* end) {
+  auto check = [](Event* e, const char* which) {
+    std::lock_guard<std::mutex> lk(e->st->mu);
+    if (!e->st->timing)
+      throw Error(ErrorCode::kInvalidValue, std::string("elapsed_time: ") + which + " event was created without enable_timing=True");
+    if (e->st->version == 0)
+      throw Error(ErrorCode::kInvalidValue, std::string("elapsed_time: ") + which + " event has not been recorded");
+    if (e->st->done_version < e->st->version)
+      throw Error(ErrorCode::kInvalidValue, std::string("elapsed_time: ") + which + " event has not completed yet");
+    return e->st->time;
+  };
+  auto t0 = check(start, "start");
+  auto t1 = check(end, "end");
+  return std::chrono::duration<double, std::milli>(t1 - t0).count();
+}
+
+int eventDevice(Event* event) {
+  std::lock_guard<std::mutex> lk(event->st->mu);
+  return event->st->device;
+}
+
+// ---------------------------------------------------------------- copies
+namespace {
+void checkCopy(void* dst, const void* src, size_t bytes, CopyKind kind) {
+  if (bytes == 0) return;
+  auto isDev = [&](const void* p) {
+    for (int i = 0; i < deviceCount(); ++i) {
+      Device& d = Runtime::get().device(i);
+      std::lock_guard<std::mutex> lk(d.mem_mu);
+      if (d.allocations.contains(p, bytes)) return true;
+    }
+    return false;
+  };
+  bool src_dev = kind != CopyKind::kHostToDevice;
+  bool dst_dev = kind != CopyKind::kDeviceToHost;
+  if (src_dev && !isDev(src)) throw Error(ErrorCode::kInvalidValue, "memcpy: source range is not device memory");
+  if (dst_dev && !isDev(dst)) throw Error(ErrorCode::kInvalidValue, "memcpy: destination range is not device memory");
+}
+}  // namespace
+
+void memcpy(void* dst, const void* src, size_t bytes, CopyKind kind) {
+  checkCopy(dst, src, bytes, kind);
+  if (bytes) std::memcpy(dst, src, bytes);
+}
+
+void memcpyAsync(void* dst, const void* src, size_t bytes, CopyKind kind, int device, StreamId stream) {
+  checkCopy(dst, src, bytes, kind);
+  if (bytes == 0) return;
+  launch(device, stream, "memcpy", [dst, src, bytes] { std::memcpy(dst, src, bytes); });
+}
+
+}  // namespace omr

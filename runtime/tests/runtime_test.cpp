@@ -1,0 +1,261 @@
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "openmtia/runtime.h"
+
+using namespace std::chrono_literals;
+
+TEST(Devices, CountAndProperties) {
+  ASSERT_GE(omr::deviceCount(), 2);  // default 2 (ctest does not set the env)
+  auto p = omr::deviceProperties(0);
+  EXPECT_FALSE(p.name.empty());
+  EXPECT_GT(p.total_memory, 0u);
+  EXPECT_GE(p.processor_count, 1);
+  EXPECT_THROW(omr::deviceProperties(omr::deviceCount()), omr::Error);
+  EXPECT_THROW(omr::deviceProperties(-1), omr::Error);
+}
+
+TEST(Devices, ParseByteSize) {
+  EXPECT_EQ(omr::parseByteSize("1024"), 1024u);
+  EXPECT_EQ(omr::parseByteSize("512M"), 512ull << 20);
+  EXPECT_EQ(omr::parseByteSize("4G"), 4ull << 30);
+  EXPECT_EQ(omr::parseByteSize("4GiB"), 4ull << 30);
+  EXPECT_EQ(omr::parseByteSize("1.5k"), 1536u);
+  EXPECT_THROW(omr::parseByteSize("lots"), omr::Error);
+  EXPECT_THROW(omr::parseByteSize("4X"), omr::Error);
+}
+
+TEST(Memory, AllocFreeAccounting) {
+  size_t free0, total;
+  omr::memGetInfo(1, &free0, &total);
+  void* p = omr::deviceMalloc(1, 1000);
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 256, 0u);
+  size_t free1;
+  omr::memGetInfo(1, &free1, nullptr);
+  EXPECT_EQ(free0 - free1, 1024u);  // rounded to 256
+  EXPECT_EQ(omr::pointerDevice(p), 1);
+  EXPECT_EQ(omr::pointerDevice(static_cast<char*>(p) + 999), 1);
+  omr::deviceFree(1, p);
+  omr::memGetInfo(1, &free1, nullptr);
+  EXPECT_EQ(free1, free0);
+  EXPECT_EQ(omr::deviceMalloc(0, 0), nullptr);
+  int on_stack;
+  EXPECT_EQ(omr::pointerDevice(&on_stack), -1);
+  EXPECT_THROW(omr::deviceFree(0, &on_stack), omr::Error);
+}
+
+TEST(Memory, OutOfMemoryIsAnErrorAndDeviceStaysUsable) {
+  size_t free0, total;
+  omr::memGetInfo(0, &free0, &total);
+  try {
+    omr::deviceMalloc(0, total + 1);
+    FAIL() << "expected OutOfMemoryError";
+  } catch (const omr::OutOfMemoryError& e) {
+    EXPECT_EQ(e.code(), omr::ErrorCode::kOutOfMemory);
+    EXPECT_EQ(e.requested, total + 1);
+    EXPECT_NE(std::string(e.what()).find("out of memory"), std::string::npos);
+  }
+  void* p = omr::deviceMalloc(0, 4096);
+  EXPECT_NE(p, nullptr);
+  omr::deviceFree(0, p);
+  size_t free1;
+  omr::memGetInfo(0, &free1, nullptr);
+  EXPECT_EQ(free1, free0);
+}
+
+TEST(Memory, Pinned) {
+  void* p = omr::hostMallocPinned(100);
+  EXPECT_TRUE(omr::isPinned(p));
+  EXPECT_TRUE(omr::isPinned(static_cast<char*>(p) + 50));
+  int x;
+  EXPECT_FALSE(omr::isPinned(&x));
+  EXPECT_FALSE(omr::isPinned(nullptr));
+  omr::hostFreePinned(p);
+  EXPECT_FALSE(omr::isPinned(p));
+  EXPECT_THROW(omr::hostFreePinned(&x), omr::Error);
+}
+
+TEST(Streams, InOrderAndAsynchronous) {
+  std::atomic<bool> release{false};
+  std::vector<int> order;
+  omr::launch(0, omr::kDefaultStream, "block", [&] {
+    while (!release) std::this_thread::sleep_for(1ms);
+  });
+  for (int i = 0; i < 100; ++i) omr::launch(0, omr::kDefaultStream, "push", [&order, i] { order.push_back(i); });
+  // launch returned while the stream is blocked: execution is asynchronous
+  EXPECT_FALSE(omr::streamQuery(0, omr::kDefaultStream));
+  EXPECT_TRUE(order.empty());
+  release = true;
+  omr::streamSynchronize(0, omr::kDefaultStream);
+  EXPECT_TRUE(omr::streamQuery(0, omr::kDefaultStream));
+  ASSERT_EQ(order.size(), 100u);
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(order[i], i);
+}
+
+TEST(Streams, PoolAndPriorities) {
+  auto a = omr::streamFromPool(0, 0), b = omr::streamFromPool(0, -1);
+  EXPECT_NE(a, omr::kDefaultStream);
+  EXPECT_EQ(omr::streamPriority(a), 0);
+  EXPECT_EQ(omr::streamPriority(b), -1);
+  EXPECT_EQ(omr::streamPriority(omr::kDefaultStream), 0);
+  EXPECT_THROW(omr::launch(0, 1000, "x", [] {}), omr::Error);
+  EXPECT_THROW(omr::launch(99, 0, "x", [] {}), omr::Error);
+}
+
+TEST(Streams, TwoStreamsRunConcurrently) {
+  // each task waits for the other to start: only possible if they overlap
+  std::atomic<int> started{0};
+  auto task = [&] {
+    started++;
+    auto t0 = std::chrono::steady_clock::now();
+    while (started < 2 && std::chrono::steady_clock::now() - t0 < 5s) std::this_thread::sleep_for(1ms);
+    if (started < 2) throw std::runtime_error("streams did not overlap");
+  };
+  auto s1 = omr::streamFromPool(1, 0), s2 = omr::streamFromPool(1, -1);
+  omr::launch(1, s1, "a", task);
+  omr::launch(1, s2, "b", task);
+  EXPECT_NO_THROW(omr::deviceSynchronize(1));
+}
+
+TEST(Streams, ManyThreadsManyStreams) {
+  std::atomic<long> sum{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) {
+    threads.emplace_back([&, t] {
+      int dev = t % 2;
+      auto s = omr::streamFromPool(dev, t % 3 == 0 ? -1 : 0);
+      for (int i = 0; i < 500; ++i) omr::launch(dev, s, "add", [&sum, i] { sum += i; });
+      omr::streamSynchronize(dev, s);
+    });
+  }
+  for (auto& th : threads) th.join();
+  omr::deviceSynchronize(0);
+  omr::deviceSynchronize(1);
+  EXPECT_EQ(sum.load(), 8L * (499L * 500 / 2));
+}
+
+TEST(Errors, TaskErrorRaisedAtSyncAndRuntimeStaysUsable) {
+  auto s = omr::streamFromPool(0, 0);
+  std::atomic<int> after{0};
+  omr::launch(0, s, "my_failing_kernel", [] { throw std::runtime_error("index 7 out of range"); });
+  omr::launch(0, s, "after", [&] { after = 1; });
+  try {
+    omr::streamSynchronize(0, s);
+    FAIL() << "expected TaskError";
+  } catch (const omr::TaskError& e) {
+    EXPECT_EQ(e.task, "my_failing_kernel");
+    EXPECT_NE(std::string(e.what()).find("index 7 out of range"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("my_failing_kernel"), std::string::npos);
+  }
+  EXPECT_EQ(after.load(), 1);
+  // reported once, then the stream works again
+  EXPECT_NO_THROW(omr::streamSynchronize(0, s));
+  omr::launch(0, s, "ok", [&] { after = 2; });
+  EXPECT_NO_THROW(omr::streamSynchronize(0, s));
+  EXPECT_EQ(after.load(), 2);
+}
+
+TEST(Errors, DeviceSynchronizeReportsAnyStream) {
+  auto s = omr::streamFromPool(1, -1);
+  omr::launch(1, s, "bad", [] { throw std::runtime_error("boom"); });
+  EXPECT_THROW(omr::deviceSynchronize(1), omr::TaskError);
+  EXPECT_NO_THROW(omr::deviceSynchronize(1));
+}
+
+TEST(Events, RecordWaitQuerySync) {
+  auto s1 = omr::streamFromPool(0, 0), s2 = omr::streamFromPool(0, -1);
+  omr::Event* ev = omr::eventCreate(false);
+  EXPECT_TRUE(omr::eventQuery(ev));  // never recorded
+  EXPECT_EQ(omr::eventDevice(ev), -1);
+  std::atomic<bool> release{false};
+  std::atomic<int> value{0};
+  omr::launch(0, s1, "block", [&] {
+    while (!release) std::this_thread::sleep_for(1ms);
+    value = 1;
+  });
+  omr::eventRecord(ev, 0, s1);
+  EXPECT_EQ(omr::eventDevice(ev), 0);
+  omr::streamWaitEvent(0, s2, ev);
+  int seen = -1;
+  omr::launch(0, s2, "read", [&] { seen = value.load(); });
+  std::this_thread::sleep_for(20ms);
+  EXPECT_FALSE(omr::eventQuery(ev));
+  EXPECT_FALSE(omr::streamQuery(0, s2));  // s2 is held by the event
+  release = true;
+  omr::eventSynchronize(ev);
+  EXPECT_TRUE(omr::eventQuery(ev));
+  omr::streamSynchronize(0, s2);
+  EXPECT_EQ(seen, 1);
+  omr::eventDestroy(ev);
+}
+
+TEST(Events, ElapsedTime) {
+  omr::Event* a = omr::eventCreate(true);
+  omr::Event* b = omr::eventCreate(true);
+  omr::Event* untimed = omr::eventCreate(false);
+  omr::eventRecord(a, 0, 0);
+  omr::launch(0, 0, "sleep", [] { std::this_thread::sleep_for(30ms); });
+  omr::eventRecord(b, 0, 0);
+  omr::eventRecord(untimed, 0, 0);
+  omr::eventSynchronize(b);
+  double ms = omr::eventElapsedMs(a, b);
+  EXPECT_GE(ms, 25.0);
+  EXPECT_LT(ms, 5000.0);
+  EXPECT_THROW(omr::eventElapsedMs(a, untimed), omr::Error);
+  omr::eventDestroy(a);
+  omr::eventDestroy(b);
+  omr::eventDestroy(untimed);
+}
+
+TEST(Events, DestroyWhilePendingIsSafe) {
+  std::atomic<bool> release{false};
+  omr::launch(0, 0, "block", [&] { while (!release) std::this_thread::sleep_for(1ms); });
+  omr::Event* e = omr::eventCreate(true);
+  omr::eventRecord(e, 0, 0);
+  omr::eventDestroy(e);
+  release = true;
+  EXPECT_NO_THROW(omr::deviceSynchronize(0));
+}
+
+TEST(Copies, AllDirectionsSyncAndAsync) {
+  const size_t n = 1 << 16;
+  std::vector<unsigned char> host(n), back(n, 0);
+  for (size_t i = 0; i < n; ++i) host[i] = static_cast<unsigned char>(i * 7);
+  void* d0 = omr::deviceMalloc(0, n);
+  void* d0b = omr::deviceMalloc(0, n);
+  void* d1 = omr::deviceMalloc(1, n);
+  omr::memcpy(d0, host.data(), n, omr::CopyKind::kHostToDevice);
+  omr::memcpy(d0b, d0, n, omr::CopyKind::kDeviceToDevice);
+  omr::memcpy(d1, d0b, n, omr::CopyKind::kDeviceToDevice);  // across devices
+  omr::memcpy(back.data(), d1, n, omr::CopyKind::kDeviceToHost);
+  EXPECT_EQ(back, host);
+
+  unsigned char* pinned = static_cast<unsigned char*>(omr::hostMallocPinned(n));
+  auto s = omr::streamFromPool(1, 0);
+  std::atomic<bool> release{false};
+  omr::launch(1, s, "block", [&] { while (!release) std::this_thread::sleep_for(1ms); });
+  std::memset(pinned, 0, n);
+  omr::memcpyAsync(pinned, d1, n, omr::CopyKind::kDeviceToHost, 1, s);
+  EXPECT_EQ(pinned[1], 0);  // not yet copied: the stream is held
+  release = true;
+  omr::streamSynchronize(1, s);
+  EXPECT_EQ(std::memcmp(pinned, host.data(), n), 0);
+  std::memset(pinned, 3, n);
+  omr::memcpyAsync(d0, pinned, n, omr::CopyKind::kHostToDevice, 0, 0);
+  omr::memcpyAsync(d0b, d0, n, omr::CopyKind::kDeviceToDevice, 0, 0);
+  omr::streamSynchronize(0, 0);
+  EXPECT_EQ(static_cast<unsigned char*>(d0b)[n - 1], 3);
+
+  EXPECT_THROW(omr::memcpy(back.data(), host.data(), n, omr::CopyKind::kDeviceToHost), omr::Error);
+  EXPECT_THROW(omr::memcpy(d0, host.data(), n + 4096, omr::CopyKind::kHostToDevice), omr::Error);
+  omr::hostFreePinned(pinned);
+  omr::deviceFree(0, d0);
+  omr::deviceFree(0, d0b);
+  omr::deviceFree(1, d1);
+}

@@ -1,0 +1,176 @@
+// Device allocator (a c10::DeviceAllocator over the runtime; not caching yet),
+// pinned host allocator, and device-memory helpers.
+#include <c10/core/CachingDeviceAllocator.h>
+
+#include <atomic>
+#include <mutex>
+
+#include "common.h"
+
+namespace openmtia {
+namespace {
+
+constexpr int kMaxDevices = 64;
+
+struct DeviceCounters {
+  std::atomic<int64_t> allocated{0}, peak{0}, num_allocs{0}, num_frees{0}, num_ooms{0};
+  void add(int64_t n) {
+    int64_t now = allocated.fetch_add(n) + n;
+    int64_t p = peak.load();
+    while (now > p && !peak.compare_exchange_weak(p, now)) {
+    }
+    ++num_allocs;
+  }
+};
+DeviceCounters counters[kMaxDevices];
+
+// Context of one device allocation; freed with it.
+struct Allocation {
+  void* ptr;
+  size_t size;
+  c10::DeviceIndex device;
+};
+
+void freeAllocation(void* ctx) {
+  auto* a = static_cast<Allocation*>(ctx);
+  omr::deviceFree(a->device, a->ptr);  // never throws for a pointer we allocated
+  counters[a->device].allocated -= static_cast<int64_t>(a->size);
+  ++counters[a->device].num_frees;
+  delete a;
+}
+
+c10::DataPtr allocateOn(c10::DeviceIndex device, size_t n) {
+  c10::Device dev(kMTIA, device);
+  if (n == 0) return c10::DataPtr(nullptr, dev);
+  void* p;
+  try {
+    p = omr::deviceMalloc(device, n);
+  } catch (const omr::OutOfMemoryError& e) {
+    ++counters[device].num_ooms;
+    TORCH_CHECK_WITH(OutOfMemoryError, false, e.what());
+  } catch (const omr::Error& e) {
+    TORCH_CHECK(false, e.what());
+  }
+  counters[device].add(static_cast<int64_t>(n));
+  auto* ctx = new Allocation{p, n, device};
+  return c10::DataPtr(p, ctx, &freeAllocation, dev);
+}
+
+struct MTIAAllocator final : public c10::DeviceAllocator {
+  c10::DataPtr allocate(size_t n) override { return allocateOn(currentDevice(), n); }
+  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
+  void copy_data(void* dst, const void* src, std::size_t count) const override {
+    OMR_CALL(omr::memcpy(dst, src, count, omr::CopyKind::kDeviceToDevice));
+  }
+  bool initialized() override { return true; }
+  void emptyCache(c10::MempoolId_t) override {}  // nothing is cached
+  // Tasks hold references to every storage they use, so a block is only freed
+  // after the work that uses it has run: nothing to record.
+  void recordStream(const c10::DataPtr&, c10::Stream) override {}
+  c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex device) override {
+    c10::CachingDeviceAllocator::DeviceStats s;
+    MemoryStats m = memoryStats(device);
+    auto fill = [&](c10::CachingDeviceAllocator::StatArray& a) {
+      for (auto& st : a) {
+        st.current = m.allocated;
+        st.peak = m.peak;
+        st.allocated = m.num_allocs;
+        st.freed = m.num_frees;
+      }
+    };
+    fill(s.allocated_bytes);
+    fill(s.reserved_bytes);
+    fill(s.active_bytes);
+    fill(s.requested_bytes);
+    s.num_ooms = m.num_ooms;
+    return s;
+  }
+  void resetAccumulatedStats(c10::DeviceIndex device) override {
+    counters[device].num_allocs = 0;
+    counters[device].num_frees = 0;
+    counters[device].num_ooms = 0;
+  }
+  void resetPeakStats(c10::DeviceIndex device) override { resetPeakMemoryStats(device); }
+  std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override {
+    size_t free_b = 0, total = 0;
+    OMR_CALL(omr::memGetInfo(device, &free_b, &total));
+    return {free_b, total};
+  }
+};
+
+MTIAAllocator g_device_allocator;
+
+void freePinned(void* p) { omr::hostFreePinned(p); }
+
+struct PinnedAllocator final : public c10::Allocator {
+  c10::DataPtr allocate(size_t n) override {
+    void* p = n ? OMR_CALL(omr::hostMallocPinned(n)) : nullptr;
+    return c10::DataPtr(p, p, &freePinned, c10::Device(c10::kCPU));
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &freePinned; }
+  void copy_data(void* dst, const void* src, std::size_t count) const override { std::memcpy(dst, src, count); }
+};
+
+PinnedAllocator g_pinned_allocator;
+
+struct HostLabelledDeviceAllocator final : public c10::Allocator {
+  c10::DeviceIndex device = 0;
+  c10::DataPtr allocate(size_t n) override {
+    c10::DataPtr dp = allocateOn(device, n);
+    dp.unsafe_set_device(c10::Device(c10::kCPU));
+    return dp;
+  }
+  void copy_data(void* dst, const void* src, std::size_t count) const override { std::memcpy(dst, src, count); }
+};
+
+}  // namespace
+
+c10::DeviceAllocator* deviceAllocator() { return &g_device_allocator; }
+c10::Allocator* pinnedAllocator() { return &g_pinned_allocator; }
+
+c10::Allocator* hostLabelledDeviceAllocator(c10::DeviceIndex device) {
+  static HostLabelledDeviceAllocator allocators[kMaxDevices];
+  static std::once_flag once;
+  std::call_once(once, [] {
+    for (int i = 0; i < kMaxDevices; ++i) allocators[i].device = static_cast<c10::DeviceIndex>(i);
+  });
+  return &allocators[device];
+}
+
+MemoryStats memoryStats(c10::DeviceIndex index) {
+  checkDevice(index);
+  auto& c = counters[index];
+  return {c.allocated.load(), c.peak.load(), c.num_allocs.load(), c.num_frees.load(), c.num_ooms.load()};
+}
+
+void resetPeakMemoryStats(c10::DeviceIndex index) {
+  checkDevice(index);
+  counters[index].peak = counters[index].allocated.load();
+}
+
+c10::Storage hostStorageOf(const c10::Storage& storage, c10::Allocator* resize_allocator) {
+  return c10::Storage(c10::Storage::use_byte_size_t(), storage.nbytes(),
+                      c10::DataPtr(storage.mutable_data(), c10::Device(c10::kCPU)), resize_allocator,
+                      /*resizable=*/resize_allocator != nullptr);
+}
+
+at::Tensor hostViewOn(c10::Storage host_storage, const at::Tensor& t) {
+  auto impl = c10::make_intrusive<c10::TensorImpl>(std::move(host_storage), c10::DispatchKeySet(c10::DispatchKey::CPU),
+                                                   t.dtype());
+  impl->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+  at::Tensor v(std::move(impl));
+  v._set_conj(t.is_conj());
+  v._set_neg(t.is_neg());
+  return v;
+}
+
+at::Tensor hostView(const at::Tensor& t) {
+  TORCH_CHECK(t.layout() == c10::kStrided, "openmtia supports strided tensors only, got ", t.layout());
+  return hostViewOn(hostStorageOf(t.storage(), nullptr), t);
+}
+
+bool isDense(const at::Tensor& t) { return t.is_non_overlapping_and_dense() && !t.is_conj() && !t.is_neg(); }
+
+REGISTER_ALLOCATOR(c10::DeviceType::MTIA, &g_device_allocator);
+
+}  // namespace openmtia

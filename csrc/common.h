@@ -1,0 +1,80 @@
+// Shared helpers of the openmtia torch integration.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Allocator.h>
+#include <c10/core/CachingDeviceAllocator.h>
+#include <c10/core/Device.h>
+#include <c10/core/Stream.h>
+#include <c10/util/Exception.h>
+
+#include "openmtia/runtime.h"
+
+namespace openmtia {
+
+constexpr c10::DeviceType kMTIA = c10::DeviceType::MTIA;
+
+// Runs `expr`, turning runtime errors into the c10 errors Python maps to the
+// right exception types (torch.OutOfMemoryError, RuntimeError).
+#define OMR_CALL(expr)                                                       \
+  [&]() -> decltype(auto) {                                                  \
+    try {                                                                    \
+      return expr;                                                           \
+    } catch (const omr::OutOfMemoryError& e_) {                              \
+      TORCH_CHECK_WITH(OutOfMemoryError, false, e_.what());                  \
+    } catch (const omr::Error& e_) {                                         \
+      TORCH_CHECK(false, e_.what());                                         \
+    }                                                                        \
+  }()
+
+// ---- current device and stream (thread local, like CUDA's)
+c10::DeviceIndex currentDevice();
+void setCurrentDevice(c10::DeviceIndex index);  // validates the index
+c10::DeviceIndex deviceCount() noexcept;
+void checkDevice(c10::DeviceIndex index);
+// Resolves a possibly index-less mtia device to a concrete index.
+c10::DeviceIndex deviceIndexOf(const c10::Device& device);
+
+c10::Stream currentStream(c10::DeviceIndex index);  // -1: current device
+c10::Stream defaultStream(c10::DeviceIndex index);
+void setCurrentStream(const c10::Stream& stream);
+c10::Stream makeStream(c10::DeviceIndex index, omr::StreamId id);
+inline omr::StreamId streamId(const c10::Stream& s) { return static_cast<omr::StreamId>(s.id()); }
+
+// Enqueue `fn` as a device task on the current stream of `device`.
+void launchOnCurrentStream(c10::DeviceIndex device, const char* name, omr::Task fn);
+// Waits for the current stream of `device` (raises pending task errors).
+void syncCurrentStream(c10::DeviceIndex device);
+
+// ---- allocators
+c10::DeviceAllocator* deviceAllocator();
+c10::Allocator* pinnedAllocator();
+// An allocator that allocates device memory of `device` but labels the
+// DataPtr as CPU: used to let host kernels resize device-backed storages.
+c10::Allocator* hostLabelledDeviceAllocator(c10::DeviceIndex device);
+
+// ---- tensors
+// A CPU tensor that views the same (host-addressable) memory as an mtia tensor.
+// Only for use after the stream that writes it has been waited for, or inside
+// a task on that stream.
+at::Tensor hostView(const at::Tensor& t);
+// A CPU storage over the same bytes as a device storage; resizable through
+// `resize_allocator` when given.
+c10::Storage hostStorageOf(const c10::Storage& storage, c10::Allocator* resize_allocator);
+at::Tensor hostViewOn(c10::Storage host_storage, const at::Tensor& t);
+bool isDense(const at::Tensor& t);  // non-overlapping and dense, no conj/neg bit
+
+// ---- generators
+const at::Generator& defaultGenerator(c10::DeviceIndex index);
+at::Generator newGenerator(c10::DeviceIndex index);
+// The host generator that produces an mtia generator's numbers.
+at::Generator hostGeneratorOf(const at::Generator& mtia_gen);
+
+// ---- memory statistics (simple allocator)
+struct MemoryStats {
+  int64_t allocated = 0, peak = 0, num_allocs = 0, num_frees = 0, num_ooms = 0;
+};
+MemoryStats memoryStats(c10::DeviceIndex index);
+void resetPeakMemoryStats(c10::DeviceIndex index);
+
+}  // namespace openmtia

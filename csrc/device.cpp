@@ -1,0 +1,138 @@
+// Current device / current stream state and the MTIA device guard.
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+
+#include <array>
+
+#include "common.h"
+
+namespace openmtia {
+namespace {
+constexpr int kMaxDevices = 64;
+thread_local c10::DeviceIndex tls_device = 0;
+thread_local std::array<int16_t, kMaxDevices> tls_stream{};  // 0 = default stream
+}  // namespace
+
+c10::DeviceIndex deviceCount() noexcept { return static_cast<c10::DeviceIndex>(omr::deviceCount()); }
+
+void checkDevice(c10::DeviceIndex index) { OMR_CALL(omr::checkDevice(index)); }
+
+c10::DeviceIndex currentDevice() { return tls_device; }
+
+void setCurrentDevice(c10::DeviceIndex index) {
+  checkDevice(index);
+  tls_device = index;
+}
+
+c10::DeviceIndex deviceIndexOf(const c10::Device& device) {
+  TORCH_CHECK(device.type() == kMTIA, "expected an mtia device, got ", device);
+  c10::DeviceIndex idx = device.has_index() ? device.index() : currentDevice();
+  checkDevice(idx);
+  return idx;
+}
+
+c10::Stream makeStream(c10::DeviceIndex index, omr::StreamId id) {
+  return c10::Stream(c10::Stream::UNSAFE, c10::Device(kMTIA, index), static_cast<c10::StreamId>(id));
+}
+
+c10::Stream currentStream(c10::DeviceIndex index) {
+  if (index < 0) index = currentDevice();
+  checkDevice(index);
+  return makeStream(index, tls_stream[index]);
+}
+
+c10::Stream defaultStream(c10::DeviceIndex index) {
+  if (index < 0) index = currentDevice();
+  checkDevice(index);
+  return makeStream(index, omr::kDefaultStream);
+}
+
+void setCurrentStream(const c10::Stream& stream) {
+  TORCH_CHECK(stream.device_type() == kMTIA, "expected an mtia stream, got a ", stream.device_type(), " stream");
+  OMR_CALL(omr::checkStream(stream.device_index(), streamId(stream)));
+  tls_stream[stream.device_index()] = static_cast<int16_t>(stream.id());
+}
+
+void launchOnCurrentStream(c10::DeviceIndex device, const char* name, omr::Task fn) {
+  OMR_CALL(omr::launch(device, tls_stream[device], name, std::move(fn)));
+}
+
+void syncCurrentStream(c10::DeviceIndex device) { OMR_CALL(omr::streamSynchronize(device, tls_stream[device])); }
+
+namespace {
+
+omr::Event* asEvent(void* e) { return static_cast<omr::Event*>(e); }
+
+struct MTIAGuardImpl final : public c10::impl::DeviceGuardImplInterface {
+  c10::DeviceType type() const override { return kMTIA; }
+  c10::Device exchangeDevice(c10::Device d) const override {
+    TORCH_INTERNAL_ASSERT(d.type() == kMTIA);
+    auto old = currentDevice();
+    if (d.index() != old) setCurrentDevice(d.index());
+    return c10::Device(kMTIA, old);
+  }
+  c10::Device getDevice() const override { return c10::Device(kMTIA, currentDevice()); }
+  void setDevice(c10::Device d) const override {
+    TORCH_INTERNAL_ASSERT(d.type() == kMTIA);
+    setCurrentDevice(d.index());
+  }
+  void uncheckedSetDevice(c10::Device d) const noexcept override {
+    if (d.index() >= 0 && d.index() < deviceCount()) tls_device = d.index();
+  }
+  c10::Stream getStream(c10::Device d) const override { return currentStream(d.index()); }
+  c10::Stream getDefaultStream(c10::Device d) const override { return defaultStream(d.index()); }
+  c10::Stream getStreamFromGlobalPool(c10::Device d, bool high) const override {
+    auto idx = d.has_index() ? d.index() : currentDevice();
+    return makeStream(idx, OMR_CALL(omr::streamFromPool(idx, high ? -1 : 0)));
+  }
+  c10::Stream getNewStream(c10::Device d, int priority) const override {
+    auto idx = d.has_index() ? d.index() : currentDevice();
+    return makeStream(idx, OMR_CALL(omr::streamFromPool(idx, priority)));
+  }
+  c10::Stream exchangeStream(c10::Stream s) const override {
+    auto old = currentStream(s.device_index());
+    setCurrentStream(s);
+    return old;
+  }
+  c10::DeviceIndex deviceCount() const noexcept override { return openmtia::deviceCount(); }
+
+  void destroyEvent(void* event, const c10::DeviceIndex) const noexcept override {
+    if (event) omr::eventDestroy(asEvent(event));
+  }
+  void record(void** event, const c10::Stream& stream, const c10::DeviceIndex device_index,
+              const c10::EventFlag flag) const override {
+    TORCH_CHECK(device_index == -1 || device_index == stream.device_index(),
+                "Event device index ", device_index, " does not match recording stream's device index ",
+                stream.device_index(), ".");
+    if (!*event) *event = omr::eventCreate(flag == c10::EventFlag::BACKEND_DEFAULT);
+    OMR_CALL(omr::eventRecord(asEvent(*event), stream.device_index(), streamId(stream)));
+  }
+  void block(void* event, const c10::Stream& stream) const override {
+    if (!event) return;
+    OMR_CALL(omr::streamWaitEvent(stream.device_index(), streamId(stream), asEvent(event)));
+  }
+  bool queryEvent(void* event) const override { return !event || omr::eventQuery(asEvent(event)); }
+  void synchronizeEvent(void* event) const override {
+    if (event) OMR_CALL(omr::eventSynchronize(asEvent(event)));
+  }
+  double elapsedTime(void* e1, void* e2, const c10::DeviceIndex) const override {
+    TORCH_CHECK(e1 && e2, "Both events must be recorded before calculating elapsed time.");
+    return OMR_CALL(omr::eventElapsedMs(asEvent(e1), asEvent(e2)));
+  }
+  bool queryStream(const c10::Stream& s) const override {
+    return OMR_CALL(omr::streamQuery(s.device_index(), streamId(s)));
+  }
+  void synchronizeStream(const c10::Stream& s) const override {
+    OMR_CALL(omr::streamSynchronize(s.device_index(), streamId(s)));
+  }
+  void synchronizeDevice(const c10::DeviceIndex index) const override {
+    OMR_CALL(omr::deviceSynchronize(index < 0 ? currentDevice() : index));
+  }
+  void recordDataPtrOnStream(const c10::DataPtr& data_ptr, const c10::Stream& stream) const override {
+    deviceAllocator()->recordStream(data_ptr, stream);
+  }
+};
+
+C10_REGISTER_GUARD_IMPL(MTIA, MTIAGuardImpl);
+
+}  // namespace
+}  // namespace openmtia

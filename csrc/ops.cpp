@@ -1,0 +1,184 @@
+// The ops every backend needs: allocation, views, resize, set_, scalar reads,
+// fill and zero.
+#include <ATen/EmptyTensor.h>
+#include <ATen/MemoryOverlap.h>
+#include <ATen/TensorUtils.h>
+#include <ATen/native/Resize.h>
+#include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/_reshape_alias_native.h>
+#include <ATen/ops/_local_scalar_dense.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/unfold_native.h>
+#include <ATen/ops/view_as_complex_native.h>
+#include <ATen/ops/view_as_real_native.h>
+#include <ATen/ops/view_native.h>
+#include <torch/library.h>
+
+#include "common.h"
+
+namespace openmtia {
+namespace {
+
+const c10::DispatchKeySet kMTIAKeys(c10::DispatchKey::MTIA);
+
+c10::DeviceIndex targetDevice(std::optional<c10::Device> device) {
+  if (!device.has_value()) return currentDevice();
+  return deviceIndexOf(*device);
+}
+
+at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<at::ScalarType> dtype,
+                               std::optional<at::Layout> layout, std::optional<at::Device> device,
+                               std::optional<bool> pin_memory, std::optional<at::MemoryFormat> memory_format) {
+  TORCH_CHECK(!pin_memory.value_or(false), "Only dense CPU tensors can be pinned");
+  TORCH_CHECK(layout.value_or(at::kStrided) == at::kStrided, "openmtia supports strided tensors only");
+  c10::DeviceGuard guard(c10::Device(kMTIA, targetDevice(device)));
+  return at::detail::empty_generic(size, deviceAllocator(), kMTIAKeys, c10::dtype_or_default(dtype), memory_format);
+}
+
+at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::optional<at::ScalarType> dtype,
+                         std::optional<at::Layout> layout, std::optional<at::Device> device,
+                         std::optional<bool> pin_memory) {
+  TORCH_CHECK(!pin_memory.value_or(false), "Only dense CPU tensors can be pinned");
+  TORCH_CHECK(layout.value_or(at::kStrided) == at::kStrided, "openmtia supports strided tensors only");
+  c10::DeviceGuard guard(c10::Device(kMTIA, targetDevice(device)));
+  return at::detail::empty_strided_generic(size, stride, deviceAllocator(), kMTIAKeys, c10::dtype_or_default(dtype));
+}
+
+// Grows a storage to `nbytes`, keeping its contents (ordered on the stream).
+void growStorage(const c10::Storage& storage, size_t nbytes) {
+  c10::StorageImpl* impl = storage.unsafeGetStorageImpl();
+  TORCH_CHECK(impl->resizable(), "Trying to resize storage that is not resizable");
+  auto dev = impl->device().index();
+  c10::DeviceGuard guard(c10::Device(kMTIA, dev));
+  c10::DataPtr fresh = deviceAllocator()->allocate(nbytes);
+  size_t keep = std::min(nbytes, impl->nbytes());
+  c10::DataPtr old = impl->set_data_ptr(std::move(fresh));
+  if (keep > 0) {
+    void* dst = impl->mutable_data();
+    const void* src = old.get();
+    auto stream = streamId(currentStream(dev));
+    OMR_CALL(omr::memcpyAsync(dst, src, keep, omr::CopyKind::kDeviceToDevice, dev, stream));
+    // the old block must outlive the copy
+    auto holder = std::make_shared<c10::DataPtr>(std::move(old));
+    OMR_CALL(omr::launch(dev, stream, "release", [holder] {}));
+  }
+  impl->set_nbytes(nbytes);
+}
+
+void ensureStorageFits(const at::Tensor& t) {
+  if (t.numel() == 0 && !t.unsafeGetTensorImpl()->has_storage()) return;
+  size_t needed = at::detail::computeStorageNbytes(t.sizes(), t.strides(), t.element_size(), t.storage_offset());
+  if (needed > t.storage().nbytes()) growStorage(t.storage(), needed);
+}
+
+const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size, std::optional<at::MemoryFormat> format) {
+  auto* impl = self.unsafeGetTensorImpl();
+  if (self.sizes().equals(size) && !format.has_value()) return self;
+  for (auto s : size) TORCH_CHECK(s >= 0, "Trying to create tensor with negative dimension ", s, ": ", size);
+  impl->set_sizes_contiguous(size);
+  if (format.has_value()) {
+    TORCH_CHECK(*format != at::MemoryFormat::Preserve, "Unsupported memory format ", *format);
+    impl->empty_tensor_restride(*format);
+  }
+  ensureStorageFits(self);
+  return self;
+}
+
+at::Tensor& set_storage(at::Tensor& self, c10::Storage source, int64_t offset, c10::IntArrayRef size,
+                        c10::IntArrayRef stride) {
+  TORCH_CHECK(source.device_type() == kMTIA, "Attempted to set the storage of an mtia tensor to a storage on ",
+              source.device());
+  TORCH_CHECK(offset >= 0, "Tensor: invalid storage offset ", offset);
+  auto* impl = self.unsafeGetTensorImpl();
+  if (!impl->storage().is_alias_of(source)) impl->set_storage_keep_dtype(std::move(source));
+  c10::DimVector strides = stride.empty() ? c10::contiguous_strides(size) : c10::DimVector(stride);
+  impl->set_sizes_and_strides(size, strides, offset);
+  ensureStorageFits(self);
+  return self;
+}
+
+at::Tensor& set_source_storage(at::Tensor& self, c10::Storage source) {
+  int64_t n = static_cast<int64_t>(source.nbytes() / self.element_size());
+  return set_storage(self, std::move(source), 0, {n}, {1});
+}
+
+at::Tensor& set_source_tensor(at::Tensor& self, const at::Tensor& src) {
+  TORCH_CHECK(self.dtype() == src.dtype(), "Could not set tensor of type ", self.dtype(),
+              " to a tensor of type ", src.dtype());
+  if (self.is_same(src)) return self;
+  return set_storage(self, src.storage(), src.storage_offset(), src.sizes(), src.strides());
+}
+
+at::Tensor& set_empty(at::Tensor& self) {
+  c10::DeviceGuard guard(self.device());
+  c10::Storage empty(c10::Storage::use_byte_size_t(), 0, deviceAllocator()->allocate(0), deviceAllocator(), true);
+  return set_storage(self, std::move(empty), 0, {0}, {});
+}
+
+c10::Scalar local_scalar_dense(const at::Tensor& self) {
+  TORCH_CHECK(self.numel() > 0, "_local_scalar_dense: tensor has no elements");
+  syncCurrentStream(self.device().index());  // the value may still be being written
+  return at::_local_scalar_dense(hostView(self));
+}
+
+at::Tensor& fill_scalar(at::Tensor& self, const c10::Scalar& value) {
+  // Convert on the host so that a bad value raises here, not on the stream.
+  at::Tensor probe = at::empty({}, at::TensorOptions().dtype(self.scalar_type()));
+  probe.fill_(value);
+  if (self.numel() == 0) return self;
+  at::assert_no_internal_overlap(self);
+  launchOnCurrentStream(self.device().index(), "fill_", [self, probe] {
+    at::AutoDispatchBelowADInplaceOrView guard;
+    hostView(self).copy_(probe);
+  });
+  return self;
+}
+
+at::Tensor& fill_tensor(at::Tensor& self, const at::Tensor& value) {
+  TORCH_CHECK(value.dim() == 0, "fill_ only supports 0-dimension value tensor but got tensor with ", value.dim(),
+              " dimensions.");
+  if (value.device().type() == kMTIA) {
+    TORCH_CHECK(value.device() == self.device(), "Expected all tensors to be on the same device, but found ",
+                value.device(), " and ", self.device());
+    if (self.numel() == 0) return self;
+    at::assert_no_internal_overlap(self);
+    launchOnCurrentStream(self.device().index(), "fill_", [self, value] {
+      at::AutoDispatchBelowADInplaceOrView guard;
+      hostView(self).copy_(hostView(value));
+    });
+    return self;
+  }
+  return fill_scalar(self, value.item());
+}
+
+at::Tensor& zero_(at::Tensor& self) { return fill_scalar(self, 0); }
+
+void record_stream(at::Tensor& self, c10::Stream stream) {
+  TORCH_CHECK(stream.device_type() == kMTIA, "record_stream: expected an mtia stream");
+  deviceAllocator()->recordStream(self.storage().data_ptr(), stream);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, MTIA, m) {
+  m.impl("empty.memory_format", &empty_memory_format);
+  m.impl("empty_strided", &empty_strided);
+  m.impl("as_strided", &at::native::as_strided_tensorimpl);
+  m.impl("view", &at::native::view);
+  m.impl("_reshape_alias", &at::native::_reshape_alias);
+  m.impl("unfold", &at::native::unfold);
+  m.impl("view_as_real", &at::native::view_as_real);
+  m.impl("view_as_complex", &at::native::view_as_complex);
+  m.impl("resize_", &resize_);
+  m.impl("set_.source_Storage_storage_offset", &set_storage);
+  m.impl("set_.source_Storage", &set_source_storage);
+  m.impl("set_.source_Tensor", &set_source_tensor);
+  m.impl("set_", &set_empty);
+  m.impl("_local_scalar_dense", &local_scalar_dense);
+  m.impl("fill_.Scalar", &fill_scalar);
+  m.impl("fill_.Tensor", &fill_tensor);
+  m.impl("zero_", &zero_);
+  m.impl("record_stream", &record_stream);
+}
+
+}  // namespace openmtia

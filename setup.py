@@ -1,0 +1,54 @@
+"""Builds openmtia with CMake + ninja against the installed torch.
+
+Install with `pip install --no-build-isolation .` (or `-e .`): build isolation
+would make pip fetch another torch. torch itself stays pinned to 2.13.0.
+"""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+ROOT = Path(__file__).resolve().parent
+
+
+class CMakeExtension(Extension):
+    def __init__(self, name):
+        super().__init__(name, sources=[])
+
+
+class CMakeBuild(build_ext):
+    def build_extension(self, ext):
+        import torch.utils
+
+        out = Path(self.get_ext_fullpath(ext.name)).resolve()
+        build_dir = Path(os.environ.get("OPENMTIA_BUILD_DIR", ROOT / "build" / "cmake"))
+        build_dir.mkdir(parents=True, exist_ok=True)
+        cfg = [
+            "cmake", "-S", str(ROOT), "-B", str(build_dir), "-G", "Ninja",
+            "-DCMAKE_BUILD_TYPE=Release",
+            f"-DCMAKE_PREFIX_PATH={torch.utils.cmake_prefix_path}",
+            f"-DPython3_EXECUTABLE={sys.executable}",
+            f"-DOPENMTIA_BUILD_TESTS={os.environ.get('OPENMTIA_BUILD_TESTS', 'OFF')}",
+        ]
+        subprocess.check_call(cfg)
+        jobs = os.environ.get("OPENMTIA_BUILD_JOBS", str(os.cpu_count() or 2))
+        subprocess.check_call(["cmake", "--build", str(build_dir), "-j", jobs])
+        built = next(build_dir.glob("_C.*.so"))
+        out.parent.mkdir(parents=True, exist_ok=True)
+        self.copy_file(str(built), str(out))
+
+
+setup(
+    name="openmtia",
+    version="0.1.0",
+    description="An open MTIA backend for PyTorch, with an emulated device runtime",
+    packages=["openmtia"],
+    ext_modules=[CMakeExtension("openmtia._C")],
+    cmdclass={"build_ext": CMakeBuild},
+    install_requires=["torch==2.13.0"],
+    python_requires=">=3.10",
+    entry_points={"torch.backends": ["openmtia = openmtia:_autoload"]},
+)

@@ -3,11 +3,33 @@
 #include <torch/csrc/Generator.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
 #include <stdexcept>
 
 #include "common.h"
 
 namespace py = pybind11;
+
+namespace {
+// A gate a test task waits on, so tests can hold a stream busy. Waiting never
+// needs the GIL.
+struct Gate {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool open = false;
+  void release() {
+    std::lock_guard<std::mutex> lk(mu);
+    open = true;
+    cv.notify_all();
+  }
+  void wait(double timeout_s) {
+    std::unique_lock<std::mutex> lk(mu);
+    cv.wait_for(lk, std::chrono::duration<double>(timeout_s), [this] { return open; });
+  }
+};
+}  // namespace
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "openmtia: an open MTIA backend for PyTorch";
@@ -22,6 +44,16 @@ PYBIND11_MODULE(_C, m) {
     OMR_CALL(omr::memGetInfo(device, &free_b, &total));
     return py::make_tuple(free_b, total);
   });
+  py::class_<Gate, std::shared_ptr<Gate>>(m, "_Gate").def("release", &Gate::release);
+  // For tests: hold the current stream of `device` until the gate is released
+  // (or `timeout_s` passed).
+  m.def("_launch_blocking_task", [](int device, double timeout_s) {
+    openmtia::checkDevice(static_cast<c10::DeviceIndex>(device));
+    auto gate = std::make_shared<Gate>();
+    openmtia::launchOnCurrentStream(static_cast<c10::DeviceIndex>(device), "test_gate",
+                                    [gate, timeout_s] { gate->wait(timeout_s); });
+    return gate;
+  }, py::arg("device"), py::arg("timeout_s") = 30.0);
   // For tests of asynchronous error reporting: enqueue a task that fails.
   m.def("_launch_failing_task", [](int device, const std::string& name, const std::string& message) {
     openmtia::checkDevice(static_cast<c10::DeviceIndex>(device));

@@ -75,6 +75,7 @@ struct Stream {
   struct Entry { std::string name; Task fn; };
   std::deque<Entry> queue;
   uint64_t enqueued = 0, completed = 0;
+  std::vector<Task> finished;  // run, not yet destroyed (see drain())
   std::string error_task, error_msg;  // first failure not yet reported
   bool has_error = false;
   std::thread worker;
@@ -101,8 +102,11 @@ struct Stream {
         failed = true;
         err = "unknown exception";
       }
-      e.fn = nullptr;  // release captured resources before signalling completion
       lk.lock();
+      // What a task captured is released by the host (drain()), never here:
+      // destructors may need locks the host holds while it waits for us
+      // (e.g. the Python GIL when a tensor's last reference goes away).
+      finished.push_back(std::move(e.fn));
       if (failed && !has_error) {
         has_error = true;
         error_task = e.name;
@@ -112,16 +116,31 @@ struct Stream {
       cv_done.notify_all();
     }
   }
+  // Destroys finished tasks on the calling (host) thread.
+  void drain() {
+    std::vector<Task> done;
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      done.swap(finished);
+    }
+  }
   uint64_t push(std::string name, Task fn) {
-    std::lock_guard<std::mutex> lk(mu);
-    queue.push_back({std::move(name), std::move(fn)});
-    uint64_t seq = ++enqueued;
-    cv_work.notify_one();
+    uint64_t seq;
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      queue.push_back({std::move(name), std::move(fn)});
+      seq = ++enqueued;
+      cv_work.notify_one();
+    }
+    drain();
     return seq;
   }
   void waitFor(uint64_t seq) {
-    std::unique_lock<std::mutex> lk(mu);
-    cv_done.wait(lk, [&] { return completed >= seq; });
+    {
+      std::unique_lock<std::mutex> lk(mu);
+      cv_done.wait(lk, [&] { return completed >= seq; });
+    }
+    drain();
   }
   // Raises (and clears) a pending task error.
   void raiseError() {
@@ -377,8 +396,13 @@ void launch(int device, StreamId stream, std::string name, Task task) {
 
 bool streamQuery(int device, StreamId stream) {
   Stream& s = getStream(device, stream);
-  std::lock_guard<std::mutex> lk(s.mu);
-  return s.completed == s.enqueued;
+  bool idle;
+  {
+    std::lock_guard<std::mutex> lk(s.mu);
+    idle = s.completed == s.enqueued;
+  }
+  s.drain();
+  return idle;
 }
 
 void streamSynchronize(int device, StreamId stream) { getStream(device, stream).synchronize(); }

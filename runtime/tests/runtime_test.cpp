@@ -259,3 +259,19 @@ TEST(Copies, AllDirectionsSyncAndAsync) {
   omr::deviceFree(0, d0b);
   omr::deviceFree(1, d1);
 }
+
+TEST(Streams, CapturesAreReleasedOnTheHost) {
+  struct Probe {
+    std::thread::id* released_on = nullptr;
+    ~Probe() { if (released_on) *released_on = std::this_thread::get_id(); }
+  };
+  std::thread::id released;
+  auto probe = std::make_shared<Probe>();
+  probe->released_on = &released;
+  auto s = omr::streamFromPool(0, 0);
+  omr::launch(0, s, "hold", [probe] {});
+  probe.reset();
+  std::this_thread::sleep_for(20ms);  // the task has run on the worker by now
+  omr::streamSynchronize(0, s);
+  EXPECT_EQ(released, std::this_thread::get_id());
+}

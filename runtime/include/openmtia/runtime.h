@@ -88,7 +88,9 @@ StreamId streamFromPool(int device, int priority);
 void checkStream(int device, StreamId stream);
 
 using Task = std::function<void()>;
-// Enqueue a task; returns at once. A task that throws records its error on the
+// Enqueue a task; returns at once. The task runs on the stream's worker; what
+// it captured is destroyed later on a host thread (at the next launch, query or
+// synchronization of that stream), never on the worker. A task that throws records its error on the
 // stream; the error is raised (as TaskError) at the next synchronization of that
 // stream, its device, or an event recorded after it. The stream keeps running.
 void launch(int device, StreamId stream, std::string name, Task task);

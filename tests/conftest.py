@@ -1,0 +1,14 @@
+import pytest
+import torch
+
+
+@pytest.fixture(autouse=True)
+def _fresh_device_state():
+    """Each test starts on mtia:0 with default streams, and leaves no error behind."""
+    # torch.mtia.set_stream also makes the stream's device current: device last
+    for i in range(torch.mtia.device_count()):
+        torch.mtia.set_stream(torch.mtia.default_stream(i))
+    torch.mtia.set_device(0)
+    yield
+    for i in range(torch.mtia.device_count()):
+        torch.mtia.synchronize(i)

@@ -163,11 +163,13 @@ class TestNonBlocking:
         assert torch.equal(out, torch.arange(1000))
 
     def test_pageable_copy_is_synchronous(self):
+        import time
+
         src = torch.arange(100.0)
-        gate = self._hold_stream()
-        import threading
-        threading.Timer(0.2, gate.set).start()
+        self._hold_stream(timeout_s=0.3)
+        t0 = time.perf_counter()
         dst = src.to("mtia", non_blocking=True)  # pageable: waits until consumed
+        assert time.perf_counter() - t0 >= 0.25
         assert torch.mtia.current_stream().query()
         assert torch.equal(dst.cpu(), src)
 

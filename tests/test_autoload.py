@@ -1,0 +1,52 @@
+"""openmtia is loaded by `import torch` (torch.backends entry point) and configured by env."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+def run(code, **env):
+    full_env = dict(os.environ, **env)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=full_env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip()
+
+
+def test_plain_import_torch_gives_a_working_mtia():
+    out = run("import sys, torch; x = torch.randn(64, 32, device='mtia'); "
+              "print(torch.mtia.is_available(), tuple((x.t() @ x).cpu().shape), 'openmtia' in sys.modules)")
+    assert out == "True (32, 32) True"
+
+
+def test_explicit_import_is_idempotent():
+    out = run("import torch, openmtia, importlib; import openmtia as again; "
+              "importlib.import_module('openmtia'); print(again is openmtia, torch.mtia.device_count(), "
+              "torch.ones(2, device='mtia').sum().item())")
+    assert out == "True 2 2.0"
+
+
+def test_explicit_import_without_autoload():
+    out = run("import torch, openmtia; print(torch.mtia.is_available(), torch.zeros(3, device='mtia').device)",
+              TORCH_DEVICE_BACKEND_AUTOLOAD="0")
+    assert out == "True mtia:0"
+
+
+def test_device_count_and_memory_from_env():
+    out = run("import torch; print(torch.mtia.device_count(), torch.mtia.get_device_properties(2)['total_memory'])",
+              OPENMTIA_DEVICE_COUNT="3", OPENMTIA_DEVICE_MEMORY="512M")
+    assert out == f"3 {512 << 20}"
+
+
+def test_zero_devices_means_not_available():
+    out = run("import torch; print(torch.mtia.is_available(), torch.mtia.device_count())", OPENMTIA_DEVICE_COUNT="0")
+    assert out == "False 0"
+
+
+def test_small_device_memory_gives_oom():
+    out = run("import torch\n"
+              "try:\n    torch.empty(2 << 20, dtype=torch.uint8, device='mtia')\n"
+              "except torch.OutOfMemoryError as e:\n    print('oom')\n"
+              "print(torch.empty(1 << 20, dtype=torch.uint8, device='mtia').numel())",
+              OPENMTIA_DEVICE_MEMORY="1.5M")
+    assert out == f"oom\n{1 << 20}"

@@ -1,0 +1,85 @@
+"""Bad input raises clear Python errors and the device keeps working."""
+import pytest
+import torch
+
+import openmtia
+
+
+def still_works(device="mtia"):
+    x = torch.arange(4.0, device=device)
+    assert (x * 2).sum().item() == 12.0
+
+
+def test_mixing_cpu_and_mtia_raises_like_cuda():
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        torch.ones(3, device="mtia") + torch.ones(3)
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        torch.mm(torch.ones(2, 2, device="mtia"), torch.ones(2, 2))
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        torch.ones(3, device="mtia:0") + torch.ones(3, device="mtia:1")
+    # 0-dim CPU tensors act as scalars, as they do for cuda
+    assert torch.equal((torch.ones(3, device="mtia") + torch.tensor(1.0)).cpu(), torch.full((3,), 2.0))
+    still_works()
+
+
+def test_invalid_device_index_raises():
+    with pytest.raises(RuntimeError, match="invalid mtia device index 7"):
+        torch.empty(2, device="mtia:7")
+    with pytest.raises(RuntimeError, match="invalid mtia device index"):
+        torch.mtia.set_device(5)
+    with pytest.raises(RuntimeError, match="invalid mtia device index"):
+        torch.ones(2).to("mtia:2")
+    with pytest.raises(RuntimeError):
+        torch.mtia.get_device_properties(9)
+    assert torch.mtia.current_device() == 0
+    still_works()
+
+
+def test_out_of_memory_raises_and_device_recovers():
+    total = torch.mtia.get_device_properties(0)["total_memory"]
+    free_before, _ = openmtia.device_memory_info(0)
+    with pytest.raises(torch.OutOfMemoryError, match="out of memory: tried to allocate"):
+        torch.empty(total // 4 + 1, dtype=torch.float32, device="mtia")
+    # several large allocations that fit, then one too many
+    blocks = [torch.empty(total // 4, dtype=torch.uint8, device="mtia") for _ in range(3)]
+    with pytest.raises(torch.OutOfMemoryError):
+        torch.empty(total // 2, dtype=torch.uint8, device="mtia")
+    del blocks
+    torch.mtia.synchronize()
+    assert openmtia.device_memory_info(0)[0] == free_before
+    assert torch.mtia.memory_stats()["dram"]["num_ooms"] >= 2
+    still_works()
+
+
+def test_failing_async_task_raises_at_next_sync():
+    openmtia._C._launch_failing_task(0, "gather_kernel", "index 12 is out of bounds for size 4")
+    with pytest.raises(RuntimeError, match="gather_kernel.*index 12 is out of bounds"):
+        torch.mtia.synchronize()
+    torch.mtia.synchronize()  # reported once
+    still_works()
+
+
+def test_failing_async_task_raises_at_stream_and_event_sync_and_item():
+    s = torch.Stream(device="mtia")
+    with torch.mtia.stream(s):
+        openmtia._C._launch_failing_task(0, "bad_on_stream", "boom")
+    with pytest.raises(RuntimeError, match="bad_on_stream"):
+        s.synchronize()
+    ev = torch.Event(device="mtia")
+    openmtia._C._launch_failing_task(0, "bad_before_event", "boom")
+    ev.record()
+    with pytest.raises(RuntimeError, match="bad_before_event"):
+        ev.synchronize()
+    x = torch.ones(2, device="mtia")
+    openmtia._C._launch_failing_task(0, "bad_before_item", "boom")
+    with pytest.raises(RuntimeError, match="bad_before_item"):
+        x.sum().item()
+    still_works()
+
+
+def test_unsupported_layouts_and_devices_raise():
+    with pytest.raises(RuntimeError):
+        torch.empty(2, device="mtia", pin_memory=True)
+    with pytest.raises(RuntimeError):
+        torch.zeros(2, device="mtia").copy_(torch.zeros(2, device="meta"))
+    still_works()

@@ -1,0 +1,167 @@
+"""Core ops and the CPU fallback: values, in-place, out=, views, lists, autograd."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+
+def on(t, device="mtia"):
+    return t.to(device)
+
+
+def test_core_ops():
+    x = torch.empty(3, 4, device="mtia")
+    assert x.device.type == "mtia" and x.shape == (3, 4)
+    y = torch.empty_strided((3, 4), (1, 3), device="mtia")
+    assert y.stride() == (1, 3)
+    z = torch.arange(12.0, device="mtia")
+    assert torch.equal(z.view(3, 4).cpu(), torch.arange(12.0).view(3, 4))
+    assert torch.equal(z.as_strided((2, 2), (1, 2), 1).cpu(), torch.arange(12.0).as_strided((2, 2), (1, 2), 1))
+    assert torch.equal(z.reshape(4, 3).t().cpu(), torch.arange(12.0).reshape(4, 3).t())
+    assert torch.equal(z.unfold(0, 3, 2).cpu(), torch.arange(12.0).unfold(0, 3, 2))
+    z.fill_(2.5)
+    assert torch.equal(z.cpu(), torch.full((12,), 2.5))
+    z.zero_()
+    assert z.abs().sum().item() == 0
+    z.fill_(torch.tensor(4.0, device="mtia"))
+    assert z[0].item() == 4.0
+    assert torch.tensor([7], device="mtia").item() == 7
+    c = torch.randn(3, dtype=torch.complex64)
+    assert torch.equal(torch.view_as_real(c.to("mtia")).cpu(), torch.view_as_real(c))
+    assert torch.equal(torch.view_as_complex(torch.view_as_real(c.to("mtia"))).cpu(), c)
+
+
+def test_resize_and_set():
+    x = torch.arange(4.0, device="mtia")
+    x.resize_(2, 3)
+    assert x.shape == (2, 3)
+    assert torch.equal(x.reshape(-1)[:4].cpu(), torch.arange(4.0))  # contents kept
+    x.resize_(0)
+    assert x.numel() == 0
+    a = torch.arange(6.0, device="mtia")
+    b = torch.empty(0, device="mtia")
+    b.set_(a)
+    assert b.data_ptr() == a.data_ptr() and torch.equal(b.cpu(), a.cpu())
+    b.set_(a.untyped_storage(), 2, (2, 2), (1, 2))
+    assert torch.equal(b.cpu(), torch.arange(6.0).as_strided((2, 2), (1, 2), 2))
+    b.set_()
+    assert b.numel() == 0
+    c = torch.empty(0, device="mtia")
+    c.set_(a.untyped_storage())
+    assert c.shape == (6,)
+    with pytest.raises(RuntimeError):
+        torch.empty(0, device="mtia").set_(torch.arange(3.0).untyped_storage())
+
+
+def test_functional_ops_match_cpu():
+    torch.manual_seed(0)
+    a, b = torch.randn(5, 7), torch.randn(7, 3)
+    am, bm = on(a), on(b)
+    for fn in [lambda x, y: x @ y, lambda x, y: torch.relu(x).sum(1),
+               lambda x, y: torch.softmax(x, -1), lambda x, y: x.max(dim=1).values,
+               lambda x, y: torch.cumsum(x, 0), lambda x, y: torch.sort(x, 1)[0],
+               lambda x, y: torch.where(x > 0, x, -x), lambda x, y: x.argmax()]:
+        assert torch.equal(fn(am, bm).cpu(), fn(a, b))
+
+
+def test_inplace_returns_self_and_writes_device_memory():
+    x = torch.ones(4, device="mtia")
+    ptr = x.data_ptr()
+    r = x.add_(2)
+    assert r is x and x.data_ptr() == ptr
+    assert torch.equal(x.cpu(), torch.full((4,), 3.0))
+    v = x[1:3]
+    v.mul_(10)  # in-place on a view changes the base
+    assert torch.equal(x.cpu(), torch.tensor([3.0, 30.0, 30.0, 3.0]))
+    y = torch.zeros(2, 3, device="mtia")
+    y.diagonal().fill_(1)
+    assert torch.equal(y.cpu(), torch.eye(2, 3))
+
+
+def test_out_variants_including_resize():
+    a = torch.randn(4, 4)
+    out = torch.empty(4, 4, device="mtia")
+    r = torch.mm(on(a), on(a), out=out)
+    assert r is out and torch.allclose(out.cpu(), a @ a)
+    small = torch.empty(0, device="mtia")
+    torch.add(on(a), 1, out=small)  # the kernel resizes the out tensor
+    assert small.shape == (4, 4) and torch.equal(small.cpu(), a + 1)
+    assert small.device == torch.device("mtia:0")
+    vals, idx = torch.empty(0, device="mtia"), torch.empty(0, dtype=torch.long, device="mtia")
+    torch.max(on(a), 1, out=(vals, idx))
+    ev, ei = torch.max(a, 1)
+    assert torch.equal(vals.cpu(), ev) and torch.equal(idx.cpu(), ei)
+
+
+def test_view_ops_through_the_fallback_alias_memory():
+    x = torch.arange(12.0, device="mtia")
+    d = torch.diagonal(x.view(3, 4))
+    d.fill_(-1)
+    assert x[0].item() == -1 and x[5].item() == -1
+    parts = torch.split(x, 5)
+    parts[1].zero_()
+    assert x[5:10].abs().sum().item() == 0
+    chunks = x.view(3, 4).unbind(0)
+    assert all(c.device.type == "mtia" for c in chunks)
+
+
+def test_tensor_lists_optional_tensors_and_scalars():
+    a, b = torch.randn(2, 3), torch.randn(2, 3)
+    assert torch.equal(torch.cat([on(a), on(b)]).cpu(), torch.cat([a, b]))
+    assert torch.equal(torch.stack([on(a), on(b)], 1).cpu(), torch.stack([a, b], 1))
+    w = torch.randn(3)
+    assert torch.allclose(F.layer_norm(on(a), (3,), on(w), None).cpu(), F.layer_norm(a, (3,), w, None))
+    assert on(a).equal(on(a)) and not on(a).equal(on(b))
+    assert on(a).sum().item() == pytest.approx(a.sum().item())
+    idx = torch.tensor([1, 0])
+    assert torch.equal(on(a)[on(idx)].cpu(), a[idx])
+    assert torch.equal(on(a)[idx].cpu(), a[idx])  # CPU indices are accepted, as on CUDA
+    m = a > 0
+    assert torch.equal(on(a)[on(m)].cpu(), a[m])
+    t = on(a.clone())
+    t[on(idx), 1] = 5.0
+    ref = a.clone()
+    ref[idx, 1] = 5.0
+    assert torch.equal(t.cpu(), ref)
+    assert torch.equal(torch.nonzero(on(m)).cpu(), torch.nonzero(m))
+
+
+def test_factories_on_mtia():
+    assert torch.equal(torch.arange(5, device="mtia").cpu(), torch.arange(5))
+    assert torch.equal(torch.linspace(0, 1, 5, device="mtia").cpu(), torch.linspace(0, 1, 5))
+    assert torch.equal(torch.eye(3, device="mtia:1").cpu(), torch.eye(3))
+    assert torch.full((2,), 7, device="mtia:1").device == torch.device("mtia:1")
+    assert torch.randperm(10, device="mtia").sort().values.cpu().tolist() == list(range(10))
+    assert torch.tensor([1, 2], device="mtia").dtype == torch.int64
+
+
+def test_all_dtypes_round_trip_through_ops():
+    for dt in [torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
+               torch.bfloat16, torch.float32, torch.float64, torch.complex64, torch.complex128]:
+        x = torch.ones(3, dtype=dt)
+        y = on(x).clone()
+        assert y.dtype == dt and torch.equal(y.cpu(), x)
+
+
+def test_autograd_matches_cpu():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
+    model_m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
+    model_m.load_state_dict(model.state_dict())
+    model_m.to("mtia")
+    x = torch.randn(4, 8)
+    model(x).pow(2).mean().backward()
+    model_m(on(x)).pow(2).mean().backward()
+    for p, pm in zip(model.parameters(), model_m.parameters()):
+        assert pm.grad.device.type == "mtia"
+        assert torch.allclose(pm.grad.cpu(), p.grad, atol=1e-6)
+    leaf = torch.randn(3, device="mtia", requires_grad=True)
+    (leaf.exp() * 2).sum().backward()
+    assert torch.allclose(leaf.grad.cpu(), 2 * leaf.detach().cpu().exp())
+
+
+def test_ops_follow_the_current_device():
+    with torch.mtia.device(1):
+        x = torch.randn(4, 4, device="mtia")
+        assert (x @ x).device == torch.device("mtia:1")
+    y = x.sum()
+    assert y.device == torch.device("mtia:1")

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Sets up a fresh machine for openmtia: build tools (Debian), a virtualenv in
+# .venv with torch==2.13.0 (the CPU wheel; never another torch), and openmtia
+# itself built with CMake + ninja against that torch. Idempotent.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v cmake >/dev/null || need_apt+=(cmake)
+command -v ninja >/dev/null || need_apt+=(ninja-build)
+command -v g++ >/dev/null || need_apt+=(g++)
+[ -f /usr/include/gtest/gtest.h ] || need_apt+=(libgtest-dev)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  echo "setup: installing ${need_apt[*]} from Debian"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+PY=${PYTHON:-$(command -v python3.11 || command -v python3)}
+if [ ! -x .venv/bin/python ]; then
+  echo "setup: creating .venv with $($PY --version)"
+  "$PY" -m venv .venv
+fi
+VPY=.venv/bin/python
+# torch pinned: takes the CPU wheel present on the machine
+if ! "$VPY" -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '2.13.0')" 2>/dev/null; then
+  "$VPY" -m pip install -q torch==2.13.0
+fi
+"$VPY" -c "import setuptools, wheel, pytest" 2>/dev/null || "$VPY" -m pip install -q "setuptools>=64" wheel pytest
+# --no-build-isolation: build against the torch above, never fetch another one
+"$VPY" -m pip install -q --no-build-isolation -e .
+"$VPY" -c "import torch; assert torch.__version__.startswith('2.13.0'), torch.__version__"
+echo "setup: ready ($("$VPY" -c 'import torch; print("torch", torch.__version__, "| mtia devices:", torch.mtia.device_count())'))"

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Sets up (scripts/setup.sh) and runs every test: the runtime's GoogleTests
+# (ctest) and the pytest suites.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+
+echo "== runtime GoogleTests (ctest)"
+cmake -S . -B build/runtime-tests -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DOPENMTIA_BUILD_TORCH=OFF -DOPENMTIA_BUILD_TESTS=ON >/dev/null
+cmake --build build/runtime-tests
+ctest --test-dir build/runtime-tests --output-on-failure -j2
+
+echo "== pytest"
+.venv/bin/python -m pytest tests -q "$@"

@@ -174,6 +174,8 @@ class HostCall {
     if (!h.defined() || h.device().type() != c10::kCPU) return h;
     auto* impl = h.unsafeGetTensorImpl();
     if (host_inputs_.count(impl)) return h;  // a genuine CPU input returned as is
+    TORCH_CHECK(h.layout() == c10::kStrided, "openmtia: op ", op_.schema().name(), " returned a ", h.layout(),
+                " tensor; mtia supports strided tensors only");
     auto it = host_impl_to_device_.find(impl);
     if (it != host_impl_to_device_.end()) return it->second;
     auto sit = host_storage_to_device_.find(h.storage().unsafeGetStorageImpl());
@@ -185,8 +187,8 @@ class HostCall {
       view._set_neg(h.is_neg());
       return view;
     }
-    TORCH_CHECK(h.layout() == c10::kStrided, "openmtia: op ", op_.schema().name(), " returned a ", h.layout(),
-                " tensor, which mtia does not support");
+    TORCH_CHECK(h.numel() == 0 || h.data_ptr() != nullptr, "openmtia: op ", op_.schema().name(),
+                " returned a tensor without memory, which the fallback cannot move to mtia");
     at::Tensor src = h.resolve_conj().resolve_neg();
     auto opts = src.options().device(kMTIA, device_);
     bool dense = src.is_non_overlapping_and_dense();
@@ -232,5 +234,21 @@ void mtiaFallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
 }  // namespace
 
 TORCH_LIBRARY_IMPL(_, MTIA, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&mtiaFallback>()); }
+
+// Ops with both a CPU kernel and a CompositeExplicitAutograd kernel would get
+// the composite one on mtia: for convolution it sends non-CPU/CUDA backends to
+// an unimplemented *_overrideable op; for the others it is a different
+// decomposition (e.g. math_group_norm) whose low-precision results differ from
+// CPU's. Run the CPU kernel instead. (tests/test_ops.py checks this list is
+// complete for the installed torch.)
+const char* const kCpuKernelOverComposite[] = {
+    "convolution", "_convolution", "convolution_backward", "_stack", "_stack.out", "addr", "addr.out",
+    "all.dims", "all.dims_out", "any.dims", "any.dims_out", "linalg__powsum", "native_group_norm",
+    "native_layer_norm"};
+
+TORCH_LIBRARY_IMPL(aten, MTIA, m) {
+  for (const char* name : kCpuKernelOverComposite)
+    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&mtiaFallback>());
+}
 
 }  // namespace openmtia

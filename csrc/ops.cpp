@@ -44,6 +44,22 @@ at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::op
   return at::detail::empty_strided_generic(size, stride, deviceAllocator(), kMTIAKeys, c10::dtype_or_default(dtype));
 }
 
+// A zero tensor (autograd's efficient zeros): no memory, the ZeroTensor key
+// materializes it where an op needs values.
+struct NoMemoryAllocator final : public c10::Allocator {
+  c10::DataPtr allocate(size_t) override { return c10::DataPtr(nullptr, c10::Device(kMTIA, currentDevice())); }
+  void copy_data(void*, const void*, std::size_t) const override {}
+};
+
+at::Tensor efficientzerotensor(c10::IntArrayRef size, std::optional<at::ScalarType> dtype,
+                               std::optional<at::Layout> layout, std::optional<at::Device> device,
+                               std::optional<bool> pin_memory) {
+  static NoMemoryAllocator allocator;
+  c10::DeviceGuard guard(c10::Device(kMTIA, targetDevice(device)));
+  return at::detail::empty_generic(size, &allocator, kMTIAKeys | c10::DispatchKeySet(c10::DispatchKey::ZeroTensor),
+                                   c10::dtype_or_default(dtype), std::nullopt);
+}
+
 // Grows a storage to `nbytes`, keeping its contents (ordered on the stream).
 void growStorage(const c10::Storage& storage, size_t nbytes) {
   c10::StorageImpl* impl = storage.unsafeGetStorageImpl();
@@ -163,6 +179,7 @@ void record_stream(at::Tensor& self, c10::Stream stream) {
 TORCH_LIBRARY_IMPL(aten, MTIA, m) {
   m.impl("empty.memory_format", &empty_memory_format);
   m.impl("empty_strided", &empty_strided);
+  m.impl("_efficientzerotensor", &efficientzerotensor);
   m.impl("as_strided", &at::native::as_strided_tensorimpl);
   m.impl("view", &at::native::view);
   m.impl("_reshape_alias", &at::native::_reshape_alias);

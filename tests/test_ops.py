@@ -165,3 +165,35 @@ def test_ops_follow_the_current_device():
         assert (x @ x).device == torch.device("mtia:1")
     y = x.sum()
     assert y.device == torch.device("mtia:1")
+
+
+def test_no_op_uses_a_composite_kernel_where_cpu_has_its_own():
+    """An op with both a CPU kernel and a CompositeExplicitAutograd kernel must
+    have an mtia kernel (else mtia would run a different implementation than CPU)."""
+    missing = []
+    for name in torch._C._dispatch_get_all_op_names():
+        if not name.startswith("aten::"):
+            continue
+        lines = torch._C._dispatch_dump(name).split("\n")
+        has = lambda key: any(line.startswith(key) for line in lines)
+        if has("CPU:") and has("CompositeExplicitAutograd[alias]") and not has("MTIA:"):
+            missing.append(name)
+    assert missing == []
+
+
+def test_low_precision_norms_equal_cpu_bitwise():
+    torch.manual_seed(0)
+    x = torch.randn(4, 6, 3, dtype=torch.bfloat16)
+    for a, b in zip(torch.native_group_norm(x, None, None, 4, 6, 3, 2, 0.5),
+                    torch.native_group_norm(x.to("mtia"), None, None, 4, 6, 3, 2, 0.5)):
+        assert torch.equal(a, b.cpu())
+    w = torch.randn(3, dtype=torch.bfloat16)
+    assert torch.equal(F.layer_norm(x, (3,), w).cpu(), F.layer_norm(x.to("mtia"), (3,), w.to("mtia")).cpu())
+    assert torch.equal(torch.nn.functional.conv1d(x, torch.ones(2, 6, 2, dtype=torch.bfloat16)),
+                       torch.nn.functional.conv1d(x.to("mtia"), torch.ones(2, 6, 2, dtype=torch.bfloat16, device="mtia")).cpu())
+
+
+def test_efficient_zero_tensor_gradients():
+    x = torch.randn(5, device="mtia", requires_grad=True)
+    g, = torch.autograd.grad(torch.sgn(x).sum(), [x])  # sgn's backward returns efficient zeros
+    assert g.device.type == "mtia" and torch.equal(g.cpu(), torch.zeros(5))

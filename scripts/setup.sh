@@ -27,10 +27,10 @@ VPY=.venv/bin/python
 if ! "$VPY" -c "import torch, sys; sys.exit(torch.__version__.split('+')[0] != '2.13.0')" 2>/dev/null; then
   "$VPY" -m pip install -q torch==2.13.0
 fi
-# build: setuptools; tests: pytest, and expecttest (needed to import PyTorch's
-# own OpInfo test database)
-"$VPY" -c "import setuptools, pytest, expecttest, sys; sys.exit(int(setuptools.__version__.split('.')[0]) < 64)" 2>/dev/null ||
-  "$VPY" -m pip install -q "setuptools>=64" pytest expecttest
+# build: setuptools; tests: pytest, plus expecttest and numpy (needed to import
+# PyTorch's own OpInfo test database)
+"$VPY" -c "import setuptools, pytest, expecttest, numpy, sys; sys.exit(int(setuptools.__version__.split('.')[0]) < 64)" 2>/dev/null ||
+  "$VPY" -m pip install -q "setuptools>=64" pytest expecttest numpy
 # --no-build-isolation: build against the torch above, never fetch another one
 "$VPY" -m pip install -q --no-build-isolation -e .
 "$VPY" -c "import torch; assert torch.__version__.startswith('2.13.0'), torch.__version__"

@@ -10,9 +10,8 @@ import warnings
 
 import pytest
 import torch
+from torch.testing._internal.common_methods_invocations import op_db
 from torch.utils._pytree import tree_leaves, tree_map
-
-op_db = pytest.importorskip("torch.testing._internal.common_methods_invocations").op_db
 
 # Not comparable by construction, with the reason.
 NOT_COMPARABLE = {

@@ -62,7 +62,9 @@ at::Tensor hostView(const at::Tensor& t);
 // `resize_allocator` when given.
 c10::Storage hostStorageOf(const c10::Storage& storage, c10::Allocator* resize_allocator);
 at::Tensor hostViewOn(c10::Storage host_storage, const at::Tensor& t);
-bool isDense(const at::Tensor& t);  // non-overlapping and dense, no conj/neg bit
+bool isDense(const at::Tensor& t);
+// Grows t's storage (contents kept, ordered on the stream) so t fits in it.
+void ensureStorageFits(const at::Tensor& t);  // non-overlapping and dense, no conj/neg bit
 
 // ---- generators
 const at::Generator& defaultGenerator(c10::DeviceIndex index);

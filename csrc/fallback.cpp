@@ -1,7 +1,12 @@
 // Boxed fallback for every aten op without an mtia kernel.
 //
 // openmtia device memory is host-addressable, so the fallback runs the CPU
-// kernel on CPU views of the very same memory (no staging copies):
+// kernel on CPU views of the very same memory (no staging copies). It runs
+// asynchronously where it can (see AsyncCall below): the outputs' metadata
+// comes from the op's Meta kernel, the outputs are allocated on the device,
+// and the CPU kernel is enqueued as a task on the current stream. Otherwise
+// (scalar results, data-dependent shapes, random ops, ops without a meta
+// kernel) it runs synchronously (HostCall):
 //  - it waits for the current stream of the op's device (the host reads and
 //    writes device memory directly, so it must be ordered after queued work);
 //  - each mtia tensor argument becomes a CPU tensor over the same bytes, one
@@ -52,14 +57,23 @@ class HostCall {
  public:
   HostCall(const c10::OperatorHandle& op, torch::jit::Stack* stack) : op_(op), stack_(stack) {}
 
-  void run() {
+  // The op's device, after checking that its tensors are on one device.
+  c10::DeviceIndex device() {
+    if (device_ < 0) {
+      const size_t nargs = op_.schema().arguments().size();
+      findDevice(stack_->size() - nargs, nargs);
+      TORCH_CHECK(device_ >= 0, "openmtia fallback: could not determine the mtia device of ", op_.schema().name());
+    }
+    return device_;
+  }
+
+  // Runs the CPU kernel now, after waiting for the current stream if `wait`.
+  void run(bool wait) {
     const auto& schema = op_.schema();
     const size_t nargs = schema.arguments().size();
     const size_t first = stack_->size() - nargs;
-    findDevice(first, nargs);
-    TORCH_CHECK(device_ >= 0, "openmtia fallback: could not determine the mtia device of ", schema.name());
-    c10::DeviceGuard guard(c10::Device(kMTIA, device_));
-    syncCurrentStream(device_);
+    c10::DeviceGuard guard(c10::Device(kMTIA, device()));
+    if (wait) syncCurrentStream(device_);
     for (size_t i = 0; i < nargs; ++i) {
       const auto& type = schema.arguments()[i].type();
       (*stack_)[first + i] = toHost((*stack_)[first + i], type);
@@ -227,8 +241,289 @@ class HostCall {
   std::unordered_set<c10::TensorImpl*> host_inputs_;
 };
 
+// ---------------------------------------------------------------- async path
+
+bool isTensorType(const c10::TypePtr& t) {
+  if (t->kind() == c10::TypeKind::TensorType) return true;
+  if (t->kind() == c10::TypeKind::ListType)
+    return t->castRaw<c10::ListType>()->getElementType()->kind() == c10::TypeKind::TensorType;
+  return false;
+}
+
+bool isGeneratorType(const c10::TypePtr& t) {
+  if (t->kind() == c10::TypeKind::GeneratorType) return true;
+  return t->kind() == c10::TypeKind::OptionalType &&
+         t->castRaw<c10::OptionalType>()->getElementType()->kind() == c10::TypeKind::GeneratorType;
+}
+
+// Ops whose output shape depends on the data (the host must wait for it), and
+// ops whose Meta kernel does not predict the CPU kernel's output shapes.
+bool isDataDependent(const c10::OperatorName& name) {
+  static const std::unordered_set<std::string> ops = {
+      "aten::nonzero", "aten::unique", "aten::_unique", "aten::_unique2", "aten::unique_dim",
+      "aten::unique_consecutive", "aten::unique_dim_consecutive", "aten::masked_select", "aten::bincount",
+      "aten::repeat_interleave", "aten::histc", "aten::nonzero_numpy", "aten::argwhere",
+      // the Meta kernel's output shapes or dtypes differ from the CPU kernel's
+      "aten::native_batch_norm", "aten::_native_batch_norm_legit", "aten::_native_batch_norm_legit_no_training",
+      "aten::_batch_norm_with_update", "aten::native_layer_norm", "aten::_embedding_bag",
+      "aten::_embedding_bag_forward_only"};
+  return ops.count(name.name) > 0;
+}
+
+enum class Mode { kSync, kAsync, kView };
+
+// What an op can do, from its schema (computed once per op).
+Mode modeOf(const c10::OperatorHandle& op) {
+  static std::mutex mu;
+  static std::unordered_map<const void*, Mode> cache;
+  const c10::FunctionSchema& schema = op.schema();
+  std::lock_guard<std::mutex> lk(mu);
+  auto it = cache.find(&schema);
+  if (it != cache.end()) return it->second;
+  Mode mode = Mode::kAsync;
+  for (const auto& r : schema.returns()) {
+    if (!isTensorType(r.type())) mode = Mode::kSync;  // scalar results are read by the host
+  }
+  if (mode == Mode::kAsync) {
+    for (const auto& r : schema.returns())
+      if (r.alias_info() && !r.alias_info()->isWrite()) mode = Mode::kView;  // computes nothing
+  }
+  for (const auto& a : schema.arguments())
+    if (isGeneratorType(a.type())) mode = Mode::kSync;  // keeps the generator's draws in host order
+  if (isDataDependent(schema.operator_name())) mode = Mode::kSync;
+  cache.emplace(&schema, mode);
+  return mode;
+}
+
+c10::Storage metaStorage(const c10::Storage& s) {
+  return c10::Storage(c10::Storage::use_byte_size_t(), s.nbytes(), c10::DataPtr(nullptr, c10::Device(c10::kMeta)),
+                      c10::GetAllocator(c10::kMeta), /*resizable=*/true);
+}
+
+at::Tensor viewWithKey(c10::Storage storage, const at::Tensor& t, c10::DispatchKey key) {
+  auto impl = c10::make_intrusive<c10::TensorImpl>(std::move(storage), c10::DispatchKeySet(key), t.dtype());
+  impl->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
+  at::Tensor v(std::move(impl));
+  v._set_conj(t.is_conj());
+  v._set_neg(t.is_neg());
+  return v;
+}
+
+// Runs an op asynchronously: metadata from the Meta kernel, outputs allocated
+// on the device now, the CPU kernel enqueued on the current stream.
+class AsyncCall {
+ public:
+  AsyncCall(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::DeviceIndex device)
+      : op_(op), stack_(stack), device_(device) {}
+
+  // False if the op must run synchronously instead (nothing was changed).
+  bool run() {
+    const auto& schema = op_.schema();
+    const size_t nargs = schema.arguments().size();
+    const size_t first = stack_->size() - nargs;
+    std::vector<c10::IValue> meta(stack_->begin() + first, stack_->end());
+    for (auto& v : meta) {
+      if (!toMeta(v)) return false;
+    }
+    try {
+      op_.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta);
+    } catch (const std::exception&) {
+      return false;  // no meta kernel, or invalid input: the synchronous path decides
+    }
+    // Outputs: inputs themselves (in-place, out=) or fresh device tensors.
+    std::vector<c10::IValue> results;
+    std::vector<std::pair<at::Tensor, at::Tensor>> fresh;  // (device output, its meta twin)
+    for (auto& v : meta) {
+      if (v.isTensor()) {
+        auto r = output(v.toTensor(), fresh);
+        if (!r) return false;
+        results.emplace_back(*r);
+      } else if (v.isTensorList()) {
+        c10::List<at::Tensor> list;
+        for (const at::Tensor& t : v.toTensorList()) {
+          auto r = output(t, fresh);
+          if (!r) return false;
+          list.push_back(*r);
+        }
+        results.emplace_back(list);
+      } else {
+        return false;
+      }
+    }
+    // The op is accepted: out= tensors the meta kernel resized are resized now.
+    for (auto& [impl, p] : by_impl_) {
+      const at::Tensor& m = p.second;
+      const at::Tensor& d = p.first;
+      if (m.sizes().equals(d.sizes()) && m.strides().equals(d.strides()) && m.storage_offset() == d.storage_offset())
+        continue;
+      d.unsafeGetTensorImpl()->set_sizes_and_strides(m.sizes(), m.strides(), m.storage_offset());
+      ensureStorageFits(d);
+    }
+    // The task: the CPU kernel over host views, results copied into the
+    // outputs allocated above.
+    std::vector<c10::IValue> host(stack_->begin() + first, stack_->end());
+    std::vector<at::Tensor> keep;
+    for (auto& v : host) toHost(v, keep);
+    std::vector<std::pair<size_t, at::Tensor>> outs;  // (return slot, host view of fresh output)
+    collectFresh(results, fresh, outs, keep);
+    auto op = op_;
+    launchOnCurrentStream(device_, schema.name().c_str(),
+                          [op, host = std::move(host), outs = std::move(outs), keep = std::move(keep)]() mutable {
+                            op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &host);
+                            for (auto& [slot, out] : outs) copyResult(host, slot, out);
+                          });
+    stack_->erase(stack_->begin() + first, stack_->end());
+    for (auto& r : results) stack_->push_back(std::move(r));
+    return true;
+  }
+
+ private:
+  // Fresh output number k of the flattened results lives at (return slot, list index).
+  static void copyResult(const std::vector<c10::IValue>& host, size_t slot, at::Tensor& out) {
+    size_t ret = slot >> 32, idx = slot & 0xffffffff;
+    const c10::IValue& v = host[ret];
+    at::Tensor r = v.isTensor() ? v.toTensor() : v.toTensorList().get(idx);
+    // The output was shaped from the Meta kernel; never convert silently.
+    TORCH_CHECK(r.sizes().equals(out.sizes()) && r.dtype() == out.dtype(), "openmtia: the meta kernel predicted ",
+                out.sizes(), " ", out.dtype(), " but the kernel returned ", r.sizes(), " ", r.dtype());
+    out.copy_(r);
+  }
+
+  void collectFresh(const std::vector<c10::IValue>& results, const std::vector<std::pair<at::Tensor, at::Tensor>>& fresh,
+                    std::vector<std::pair<size_t, at::Tensor>>& outs, std::vector<at::Tensor>& keep) {
+    auto isFresh = [&](const at::Tensor& t) {
+      for (auto& f : fresh)
+        if (f.first.is_same(t)) return true;
+      return false;
+    };
+    for (size_t i = 0; i < results.size(); ++i) {
+      const c10::IValue& v = results[i];
+      if (v.isTensor()) {
+        if (isFresh(v.toTensor())) {
+          outs.emplace_back(i << 32, hostView(v.toTensor()));
+          keep.push_back(v.toTensor());
+        }
+      } else {
+        auto list = v.toTensorList();
+        for (size_t j = 0; j < list.size(); ++j)
+          if (isFresh(list.get(j))) {
+            outs.emplace_back((i << 32) | j, hostView(list.get(j)));
+            keep.push_back(list.get(j));
+          }
+      }
+    }
+  }
+
+  std::optional<at::Tensor> output(const at::Tensor& m, std::vector<std::pair<at::Tensor, at::Tensor>>& fresh) {
+    if (!m.defined()) return m;
+    auto it = meta_to_device_.find(m.unsafeGetTensorImpl());
+    if (it != meta_to_device_.end()) return it->second;  // an input returned (in-place, out=)
+    if (m.device().type() != c10::kMeta || m.layout() != c10::kStrided) return std::nullopt;
+    if (meta_storages_.count(m.storage().unsafeGetStorageImpl())) return std::nullopt;  // a view: not expected here
+    if (!m.is_non_overlapping_and_dense() || m.is_conj() || m.is_neg()) return std::nullopt;
+    at::Tensor d = at::empty_strided(m.sizes(), m.strides(), m.options().device(kMTIA, device_));
+    fresh.emplace_back(d, m);
+    return d;
+  }
+
+  bool metaTensor(at::Tensor& t) {
+    if (!t.defined()) return true;
+    if (t.layout() != c10::kStrided) return false;
+    if (t.device().type() == c10::kCPU) {
+      if (t.dim() == 0) return true;  // a CPU scalar stays one
+    } else if (t.device().type() != kMTIA) {
+      return false;
+    }
+    auto* impl = t.unsafeGetTensorImpl();
+    auto it = by_impl_.find(impl);
+    if (it != by_impl_.end()) {
+      t = it->second.second;
+      return true;
+    }
+    c10::StorageImpl* si = t.storage().unsafeGetStorageImpl();
+    auto sit = meta_storages_.find(si);
+    if (sit == meta_storages_.end()) sit = meta_storages_.emplace(si, metaStorage(t.storage())).first;
+    at::Tensor m = viewWithKey(sit->second, t, c10::DispatchKey::Meta);
+    if (t.device().type() == kMTIA) {
+      by_impl_.emplace(impl, std::make_pair(t, m));
+      meta_to_device_.emplace(m.unsafeGetTensorImpl(), t);
+    }
+    t = m;
+    return true;
+  }
+
+  bool toMeta(c10::IValue& v) {
+    if (v.isTensor()) {
+      at::Tensor t = v.toTensor();
+      if (!metaTensor(t)) return false;
+      v = t;
+    } else if (v.isTensorList()) {
+      c10::List<at::Tensor> out;
+      for (at::Tensor t : v.toTensorList()) {
+        if (!metaTensor(t)) return false;
+        out.push_back(t);
+      }
+      v = out;
+    } else if (v.isOptionalTensorList()) {
+      c10::List<std::optional<at::Tensor>> out;
+      for (std::optional<at::Tensor> t : v.toOptionalTensorList()) {
+        if (t.has_value() && !metaTensor(*t)) return false;
+        out.push_back(t);
+      }
+      v = out;
+    } else if (v.isDevice() && v.toDevice().type() == kMTIA) {
+      v = c10::Device(c10::kMeta);
+    } else if (v.isGenerator()) {
+      return false;
+    }
+    return true;
+  }
+
+  at::Tensor hostTensor(const at::Tensor& t, std::vector<at::Tensor>& keep) {
+    if (!t.defined()) return t;
+    if (t.device().type() == c10::kCPU) return t.clone();  // the host may change it before the task runs
+    keep.push_back(t);
+    c10::StorageImpl* si = t.storage().unsafeGetStorageImpl();
+    auto it = host_storages_.find(si);
+    if (it == host_storages_.end()) it = host_storages_.emplace(si, hostStorageOf(t.storage(), nullptr)).first;
+    return hostViewOn(it->second, t);
+  }
+
+  void toHost(c10::IValue& v, std::vector<at::Tensor>& keep) {
+    if (v.isTensor()) {
+      v = hostTensor(v.toTensor(), keep);
+    } else if (v.isTensorList()) {
+      c10::List<at::Tensor> out;
+      for (const at::Tensor& t : v.toTensorList()) out.push_back(hostTensor(t, keep));
+      v = out;
+    } else if (v.isOptionalTensorList()) {
+      c10::List<std::optional<at::Tensor>> out;
+      for (const std::optional<at::Tensor>& t : v.toOptionalTensorList())
+        out.push_back(t.has_value() ? std::optional<at::Tensor>(hostTensor(*t, keep)) : std::nullopt);
+      v = out;
+    } else if (v.isDevice() && v.toDevice().type() == kMTIA) {
+      v = c10::Device(c10::kCPU);
+    }
+  }
+
+  const c10::OperatorHandle& op_;
+  torch::jit::Stack* stack_;
+  c10::DeviceIndex device_;
+  std::unordered_map<c10::TensorImpl*, std::pair<at::Tensor, at::Tensor>> by_impl_;  // device impl -> (device, meta)
+  std::unordered_map<c10::TensorImpl*, at::Tensor> meta_to_device_;
+  std::unordered_map<c10::StorageImpl*, c10::Storage> meta_storages_;
+  std::unordered_map<c10::StorageImpl*, c10::Storage> host_storages_;
+};
+
 void mtiaFallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
-  HostCall(op, stack).run();
+  HostCall call(op, stack);
+  Mode mode = modeOf(op);
+  if (mode == Mode::kSync) return call.run(/*wait=*/true);
+  c10::DeviceIndex device = call.device();
+  if (mode == Mode::kView) return call.run(/*wait=*/false);  // views read no data
+  c10::DeviceGuard guard(c10::Device(kMTIA, device));
+  if (AsyncCall(op, stack, device).run()) return;
+  call.run(/*wait=*/true);
 }
 
 }  // namespace

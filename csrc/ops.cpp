@@ -81,11 +81,15 @@ void growStorage(const c10::Storage& storage, size_t nbytes) {
   impl->set_nbytes(nbytes);
 }
 
+}  // namespace
+
 void ensureStorageFits(const at::Tensor& t) {
   if (t.numel() == 0 && !t.unsafeGetTensorImpl()->has_storage()) return;
   size_t needed = at::detail::computeStorageNbytes(t.sizes(), t.strides(), t.element_size(), t.storage_offset());
   if (needed > t.storage().nbytes()) growStorage(t.storage(), needed);
 }
+
+namespace {
 
 const at::Tensor& resize_(const at::Tensor& self, c10::IntArrayRef size, std::optional<at::MemoryFormat> format) {
   auto* impl = self.unsafeGetTensorImpl();

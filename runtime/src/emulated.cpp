@@ -207,6 +207,7 @@ class Runtime {
   }
   std::mutex pinned_mu;
   RangeMap pinned;
+  bool launch_blocking = false;  // OPENMTIA_LAUNCH_BLOCKING=1
 
  private:
   Runtime() {
@@ -225,6 +226,7 @@ class Runtime {
         std::fprintf(stderr, "openmtia: ignoring OPENMTIA_DEVICE_MEMORY: %s\n", e.what());
       }
     }
+    if (const char* s = std::getenv("OPENMTIA_LAUNCH_BLOCKING")) launch_blocking = std::string(s) == "1";
     for (int i = 0; i < n; ++i) {
       devices_.push_back(std::make_unique<Device>());
       devices_.back()->index = i;
@@ -391,8 +393,12 @@ StreamId streamFromPool(int device, int priority) {
 }
 
 void launch(int device, StreamId stream, std::string name, Task task) {
-  getStream(device, stream).push(std::move(name), std::move(task));
+  Stream& s = getStream(device, stream);
+  s.push(std::move(name), std::move(task));
+  if (Runtime::get().launch_blocking) s.synchronize();  // raise at the failing task
 }
+
+bool launchBlocking() { return Runtime::get().launch_blocking; }
 
 bool streamQuery(int device, StreamId stream) {
   Stream& s = getStream(device, stream);

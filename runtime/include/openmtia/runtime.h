@@ -94,6 +94,9 @@ using Task = std::function<void()>;
 // stream; the error is raised (as TaskError) at the next synchronization of that
 // stream, its device, or an event recorded after it. The stream keeps running.
 void launch(int device, StreamId stream, std::string name, Task task);
+// With OPENMTIA_LAUNCH_BLOCKING=1 every launch waits for its task and raises
+// its error at once (like CUDA_LAUNCH_BLOCKING).
+bool launchBlocking();
 bool streamQuery(int device, StreamId stream);
 void streamSynchronize(int device, StreamId stream);
 void deviceSynchronize(int device);  // all streams of the device

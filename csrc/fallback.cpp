@@ -309,146 +309,240 @@ at::Tensor viewWithKey(c10::Storage storage, const at::Tensor& t, c10::DispatchK
   return v;
 }
 
-// Runs an op asynchronously: metadata from the Meta kernel, outputs allocated
-// on the device now, the CPU kernel enqueued on the current stream.
-class AsyncCall {
- public:
-  AsyncCall(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::DeviceIndex device)
-      : op_(op), stack_(stack), device_(device) {}
+// What the Meta kernel said about one call signature: which outputs are
+// inputs (in-place, out=), the metadata of fresh outputs, and the inputs it
+// resized. Outputs' metadata depend only on the inputs' metadata and the
+// non-tensor arguments, so plans are cached by those: the Meta kernel (often
+// a Python function in torch._meta_registrations) runs once per signature.
+struct Plan {
+  bool async = false;
+  struct Meta {
+    std::vector<int64_t> sizes, strides;
+    int64_t offset = 0;
+    at::ScalarType dtype = at::kFloat;
+  };
+  struct Out {
+    int input = -1;  // index into the flat list of tensor arguments, or -1: fresh
+    Meta meta;
+  };
+  std::vector<std::vector<Out>> returns;  // per return: one, or the list's elements
+  std::vector<bool> is_list;
+  std::vector<std::pair<int, Meta>> resized;  // inputs whose metadata the op changes
+};
 
-  // False if the op must run synchronously instead (nothing was changed).
-  bool run() {
-    const auto& schema = op_.schema();
-    const size_t nargs = schema.arguments().size();
-    const size_t first = stack_->size() - nargs;
-    std::vector<c10::IValue> meta(stack_->begin() + first, stack_->end());
+Plan::Meta metaOf(const at::Tensor& t) {
+  return {t.sizes().vec(), t.strides().vec(), t.storage_offset(), t.scalar_type()};
+}
+
+bool sameMeta(const at::Tensor& t, const Plan::Meta& m) {
+  return t.sizes().equals(m.sizes) && t.strides().equals(m.strides) && t.storage_offset() == m.offset;
+}
+
+// The cache key of a call: the op, the tensors' metadata, the other arguments.
+class KeyBuilder {
+ public:
+  bool add(const c10::IValue& v) {
+    if (v.isTensor()) return tensor(v.toTensor());
+    if (v.isTensorList()) {
+      auto l = v.toTensorList();
+      put('L', l.size());
+      for (const at::Tensor& t : l) tensor(t);
+      return true;
+    }
+    if (v.isOptionalTensorList()) {
+      auto l = v.toOptionalTensorList();
+      put('O', l.size());
+      for (const std::optional<at::Tensor>& t : l) {
+        if (t.has_value()) tensor(*t);
+        else put('n', 0);
+      }
+      return true;
+    }
+    if (v.isNone()) return put('N', 0);
+    if (v.isBool()) return put('b', v.toBool());
+    if (v.isInt()) return put('i', v.toInt());
+    if (v.isDouble()) return putBytes('d', v.toDouble());
+    if (v.isIntList()) {
+      auto l = v.toIntList();
+      put('I', l.size());
+      for (int64_t x : l) put('i', x);
+      return true;
+    }
+    if (v.isDoubleList()) {
+      auto l = v.toDoubleList();
+      put('D', l.size());
+      for (double x : l) putBytes('d', x);
+      return true;
+    }
+    if (v.isBoolList()) {
+      auto l = v.toBoolList();
+      put('B', l.size());
+      for (bool x : l) put('b', x);
+      return true;
+    }
+    if (v.isDevice()) return put('v', static_cast<int64_t>(v.toDevice().type()) * 1000 + v.toDevice().index());
+    if (v.isString()) {
+      put('s', v.toStringRef().size());
+      key_.append(v.toStringRef());
+      return true;
+    }
+    if (v.isScalar()) {  // int, double, complex or bool IValue handled above; SymInt etc. are not cached
+      return false;
+    }
+    return false;  // anything else: no cache
+  }
+  std::string take() { return std::move(key_); }
+
+ private:
+  bool tensor(const at::Tensor& t) {
+    if (!t.defined()) return put('u', 0);
+    put('t', static_cast<int64_t>(t.device().type()) * 1000 + t.device().index());
+    put('y', static_cast<int64_t>(t.scalar_type()) | (t.is_conj() << 8) | (t.is_neg() << 9) |
+                 (static_cast<int64_t>(t.layout()) << 10));
+    put('o', t.storage_offset());
+    put('r', t.dim());
+    for (int64_t d = 0; d < t.dim(); ++d) {
+      put('z', t.size(d));
+      put('x', t.stride(d));
+    }
+    return true;
+  }
+  bool put(char tag, int64_t v) { return putBytes(tag, v); }
+  template <typename T>
+  bool putBytes(char tag, const T& v) {
+    key_.push_back(tag);
+    key_.append(reinterpret_cast<const char*>(&v), sizeof(T));
+    return true;
+  }
+  std::string key_;
+};
+
+class PlanCache {
+ public:
+  std::shared_ptr<const Plan> get(const std::string& key) {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto it = plans_.find(key);
+    return it == plans_.end() ? nullptr : it->second;
+  }
+  void put(std::string key, std::shared_ptr<const Plan> plan) {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (plans_.size() > 100000) plans_.clear();  // bounded; a cold entry is only a Meta call
+    plans_.emplace(std::move(key), std::move(plan));
+  }
+
+ private:
+  std::mutex mu_;
+  std::unordered_map<std::string, std::shared_ptr<const Plan>> plans_;
+};
+
+PlanCache& planCache() {
+  static PlanCache* cache = new PlanCache();
+  return *cache;
+}
+
+template <typename F>
+void forEachArgTensor(std::vector<c10::IValue>& args, F&& f) {
+  for (auto& v : args) {
+    if (v.isTensor()) {
+      f(v.toTensor());
+    } else if (v.isTensorList()) {
+      for (const at::Tensor& t : v.toTensorList()) f(t);
+    } else if (v.isOptionalTensorList()) {
+      for (const std::optional<at::Tensor>& t : v.toOptionalTensorList()) {
+        if (t.has_value()) f(*t);
+      }
+    }
+  }
+}
+
+// Works out a plan by running the Meta kernel on meta twins of the arguments.
+class Planner {
+ public:
+  explicit Planner(const c10::OperatorHandle& op) : op_(op) {}
+
+  std::shared_ptr<const Plan> plan(const std::vector<c10::IValue>& args) {
+    auto plan = std::make_shared<Plan>();
+    std::vector<c10::IValue> meta(args);
     for (auto& v : meta) {
-      if (!toMeta(v)) return false;
+      if (!toMeta(v)) return plan;
     }
     try {
       op_.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta);
     } catch (const std::exception&) {
-      return false;  // no meta kernel, or invalid input: the synchronous path decides
+      return plan;  // no meta kernel, or invalid input: the synchronous path decides
     }
-    // Outputs: inputs themselves (in-place, out=) or fresh device tensors.
-    std::vector<c10::IValue> results;
-    std::vector<std::pair<at::Tensor, at::Tensor>> fresh;  // (device output, its meta twin)
     for (auto& v : meta) {
+      plan->is_list.push_back(v.isTensorList());
+      std::vector<Plan::Out> outs;
       if (v.isTensor()) {
-        auto r = output(v.toTensor(), fresh);
-        if (!r) return false;
-        results.emplace_back(*r);
+        if (!output(v.toTensor(), outs)) return plan;
       } else if (v.isTensorList()) {
-        c10::List<at::Tensor> list;
-        for (const at::Tensor& t : v.toTensorList()) {
-          auto r = output(t, fresh);
-          if (!r) return false;
-          list.push_back(*r);
-        }
-        results.emplace_back(list);
+        for (const at::Tensor& t : v.toTensorList())
+          if (!output(t, outs)) return plan;
       } else {
-        return false;
+        return plan;
       }
+      plan->returns.push_back(std::move(outs));
     }
-    // The op is accepted: out= tensors the meta kernel resized are resized now.
-    for (auto& [impl, p] : by_impl_) {
-      const at::Tensor& m = p.second;
-      const at::Tensor& d = p.first;
-      if (m.sizes().equals(d.sizes()) && m.strides().equals(d.strides()) && m.storage_offset() == d.storage_offset())
-        continue;
-      d.unsafeGetTensorImpl()->set_sizes_and_strides(m.sizes(), m.strides(), m.storage_offset());
-      ensureStorageFits(d);
+    for (size_t k = 0; k < flat_meta_.size(); ++k) {
+      const at::Tensor& m = flat_meta_[k];
+      if (m.defined() && m.device().type() == c10::kMeta && !sameMeta(m, original_[k]))
+        plan->resized.emplace_back(static_cast<int>(k), metaOf(m));
     }
-    // The task: the CPU kernel over host views, results copied into the
-    // outputs allocated above.
-    std::vector<c10::IValue> host(stack_->begin() + first, stack_->end());
-    std::vector<at::Tensor> keep;
-    for (auto& v : host) toHost(v, keep);
-    std::vector<std::pair<size_t, at::Tensor>> outs;  // (return slot, host view of fresh output)
-    collectFresh(results, fresh, outs, keep);
-    auto op = op_;
-    launchOnCurrentStream(device_, schema.name().c_str(),
-                          [op, host = std::move(host), outs = std::move(outs), keep = std::move(keep)]() mutable {
-                            op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &host);
-                            for (auto& [slot, out] : outs) copyResult(host, slot, out);
-                          });
-    stack_->erase(stack_->begin() + first, stack_->end());
-    for (auto& r : results) stack_->push_back(std::move(r));
-    return true;
+    plan->async = true;
+    return plan;
   }
 
  private:
-  // Fresh output number k of the flattened results lives at (return slot, list index).
-  static void copyResult(const std::vector<c10::IValue>& host, size_t slot, at::Tensor& out) {
-    size_t ret = slot >> 32, idx = slot & 0xffffffff;
-    const c10::IValue& v = host[ret];
-    at::Tensor r = v.isTensor() ? v.toTensor() : v.toTensorList().get(idx);
-    // The output was shaped from the Meta kernel; never convert silently.
-    TORCH_CHECK(r.sizes().equals(out.sizes()) && r.dtype() == out.dtype(), "openmtia: the meta kernel predicted ",
-                out.sizes(), " ", out.dtype(), " but the kernel returned ", r.sizes(), " ", r.dtype());
-    out.copy_(r);
-  }
-
-  void collectFresh(const std::vector<c10::IValue>& results, const std::vector<std::pair<at::Tensor, at::Tensor>>& fresh,
-                    std::vector<std::pair<size_t, at::Tensor>>& outs, std::vector<at::Tensor>& keep) {
-    auto isFresh = [&](const at::Tensor& t) {
-      for (auto& f : fresh)
-        if (f.first.is_same(t)) return true;
-      return false;
-    };
-    for (size_t i = 0; i < results.size(); ++i) {
-      const c10::IValue& v = results[i];
-      if (v.isTensor()) {
-        if (isFresh(v.toTensor())) {
-          outs.emplace_back(i << 32, hostView(v.toTensor()));
-          keep.push_back(v.toTensor());
-        }
-      } else {
-        auto list = v.toTensorList();
-        for (size_t j = 0; j < list.size(); ++j)
-          if (isFresh(list.get(j))) {
-            outs.emplace_back((i << 32) | j, hostView(list.get(j)));
-            keep.push_back(list.get(j));
-          }
-      }
+  bool output(const at::Tensor& m, std::vector<Plan::Out>& outs) {
+    Plan::Out o;
+    if (!m.defined()) return false;
+    auto it = meta_index_.find(m.unsafeGetTensorImpl());
+    if (it != meta_index_.end()) {  // an input returned (in-place, out=)
+      o.input = it->second;
+      outs.push_back(o);
+      return true;
     }
-  }
-
-  std::optional<at::Tensor> output(const at::Tensor& m, std::vector<std::pair<at::Tensor, at::Tensor>>& fresh) {
-    if (!m.defined()) return m;
-    auto it = meta_to_device_.find(m.unsafeGetTensorImpl());
-    if (it != meta_to_device_.end()) return it->second;  // an input returned (in-place, out=)
-    if (m.device().type() != c10::kMeta || m.layout() != c10::kStrided) return std::nullopt;
-    if (meta_storages_.count(m.storage().unsafeGetStorageImpl())) return std::nullopt;  // a view: not expected here
-    if (!m.is_non_overlapping_and_dense() || m.is_conj() || m.is_neg()) return std::nullopt;
-    at::Tensor d = at::empty_strided(m.sizes(), m.strides(), m.options().device(kMTIA, device_));
-    fresh.emplace_back(d, m);
-    return d;
+    if (m.device().type() != c10::kMeta || m.layout() != c10::kStrided) return false;
+    if (meta_storages_.count(m.storage().unsafeGetStorageImpl())) return false;  // a view: not expected here
+    if (!m.is_non_overlapping_and_dense() || m.is_conj() || m.is_neg()) return false;
+    o.meta = metaOf(m);
+    outs.push_back(o);
+    return true;
   }
 
   bool metaTensor(at::Tensor& t) {
-    if (!t.defined()) return true;
-    if (t.layout() != c10::kStrided) return false;
-    if (t.device().type() == c10::kCPU) {
-      if (t.dim() == 0) return true;  // a CPU scalar stays one
-    } else if (t.device().type() != kMTIA) {
-      return false;
-    }
-    auto* impl = t.unsafeGetTensorImpl();
-    auto it = by_impl_.find(impl);
-    if (it != by_impl_.end()) {
-      t = it->second.second;
+    int index = static_cast<int>(flat_meta_.size());
+    if (!t.defined()) {
+      flat_meta_.push_back(t);
+      original_.push_back({});
       return true;
     }
-    c10::StorageImpl* si = t.storage().unsafeGetStorageImpl();
-    auto sit = meta_storages_.find(si);
-    if (sit == meta_storages_.end()) sit = meta_storages_.emplace(si, metaStorage(t.storage())).first;
-    at::Tensor m = viewWithKey(sit->second, t, c10::DispatchKey::Meta);
-    if (t.device().type() == kMTIA) {
-      by_impl_.emplace(impl, std::make_pair(t, m));
-      meta_to_device_.emplace(m.unsafeGetTensorImpl(), t);
+    if (t.layout() != c10::kStrided) return false;
+    if (t.device().type() == c10::kCPU && t.dim() == 0) {  // a CPU scalar stays one
+      flat_meta_.push_back(t);
+      original_.push_back(metaOf(t));
+      return true;
     }
-    t = m;
+    if (t.device().type() != kMTIA && t.device().type() != c10::kCPU) return false;
+    auto* impl = t.unsafeGetTensorImpl();
+    auto it = by_impl_.find(impl);
+    if (it != by_impl_.end()) {  // the same tensor twice: one meta twin
+      t = it->second;
+    } else {
+      c10::StorageImpl* si = t.storage().unsafeGetStorageImpl();
+      auto sit = meta_storages_.find(si);
+      if (sit == meta_storages_.end()) sit = meta_storages_.emplace(si, metaStorage(t.storage())).first;
+      original_.push_back(metaOf(t));
+      at::Tensor m = viewWithKey(sit->second, t, c10::DispatchKey::Meta);
+      by_impl_.emplace(impl, m);
+      meta_index_.emplace(m.unsafeGetTensorImpl(), index);
+      t = m;
+      flat_meta_.push_back(t);
+      return true;
+    }
+    original_.push_back(metaOf(t));
+    flat_meta_.push_back(t);
     return true;
   }
 
@@ -477,6 +571,92 @@ class AsyncCall {
       return false;
     }
     return true;
+  }
+
+  const c10::OperatorHandle& op_;
+  std::vector<at::Tensor> flat_meta_;     // meta twin of each tensor argument, in order
+  std::vector<Plan::Meta> original_;      // each tensor argument's metadata before the call
+  std::unordered_map<c10::TensorImpl*, at::Tensor> by_impl_;
+  std::unordered_map<c10::TensorImpl*, int> meta_index_;
+  std::unordered_map<c10::StorageImpl*, c10::Storage> meta_storages_;
+};
+
+// Runs an op asynchronously following its plan: outputs allocated on the
+// device now, the CPU kernel over host views enqueued on the current stream.
+class AsyncCall {
+ public:
+  AsyncCall(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::DeviceIndex device)
+      : op_(op), stack_(stack), device_(device) {}
+
+  // False if the op must run synchronously instead (nothing was changed).
+  bool run() {
+    const auto& schema = op_.schema();
+    const size_t nargs = schema.arguments().size();
+    const size_t first = stack_->size() - nargs;
+    std::vector<c10::IValue> args(stack_->begin() + first, stack_->end());
+
+    KeyBuilder kb;
+    kb.add(c10::IValue(static_cast<int64_t>(reinterpret_cast<intptr_t>(&schema))));
+    bool cacheable = true;
+    for (const auto& v : args) cacheable = cacheable && kb.add(v);
+    std::string key = cacheable ? kb.take() : std::string();
+    std::shared_ptr<const Plan> plan = cacheable ? planCache().get(key) : nullptr;
+    if (!plan) {
+      plan = Planner(op_).plan(args);
+      if (cacheable) planCache().put(std::move(key), plan);
+    }
+    if (!plan->async) return false;
+
+    std::vector<at::Tensor> flat;
+    forEachArgTensor(args, [&](const at::Tensor& t) { flat.push_back(t); });
+    for (const auto& [k, m] : plan->resized) {  // out= tensors the op resizes
+      const at::Tensor& d = flat[k];
+      d.unsafeGetTensorImpl()->set_sizes_and_strides(m.sizes, m.strides, m.offset);
+      ensureStorageFits(d);
+    }
+    std::vector<c10::IValue> results;
+    std::vector<std::pair<size_t, at::Tensor>> outs;  // (return slot, host view of a fresh output)
+    std::vector<at::Tensor> keep;
+    auto make = [&](const Plan::Out& o, size_t slot) {
+      if (o.input >= 0) return flat[o.input];
+      at::Tensor d = at::empty_strided(o.meta.sizes, o.meta.strides,
+                                       at::TensorOptions().dtype(o.meta.dtype).device(kMTIA, device_));
+      outs.emplace_back(slot, hostView(d));
+      keep.push_back(d);
+      return d;
+    };
+    for (size_t i = 0; i < plan->returns.size(); ++i) {
+      const auto& r = plan->returns[i];
+      if (plan->is_list[i]) {
+        c10::List<at::Tensor> list;
+        for (size_t j = 0; j < r.size(); ++j) list.push_back(make(r[j], (i << 32) | j));
+        results.emplace_back(list);
+      } else {
+        results.emplace_back(make(r[0], i << 32));
+      }
+    }
+    for (auto& v : args) toHost(v, keep);
+    auto op = op_;
+    launchOnCurrentStream(device_, schema.name().c_str(),
+                          [op, host = std::move(args), outs = std::move(outs), keep = std::move(keep)]() mutable {
+                            op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &host);
+                            for (auto& [slot, out] : outs) copyResult(host, slot, out);
+                          });
+    stack_->erase(stack_->begin() + first, stack_->end());
+    for (auto& r : results) stack_->push_back(std::move(r));
+    return true;
+  }
+
+ private:
+  // A fresh output lives at (return slot << 32 | list index).
+  static void copyResult(const std::vector<c10::IValue>& host, size_t slot, at::Tensor& out) {
+    size_t ret = slot >> 32, idx = slot & 0xffffffff;
+    const c10::IValue& v = host[ret];
+    at::Tensor r = v.isTensor() ? v.toTensor() : v.toTensorList().get(idx);
+    // The output was shaped from the Meta kernel; never convert silently.
+    TORCH_CHECK(r.sizes().equals(out.sizes()) && r.dtype() == out.dtype(), "openmtia: the meta kernel predicted ",
+                out.sizes(), " ", out.dtype(), " but the kernel returned ", r.sizes(), " ", r.dtype());
+    out.copy_(r);
   }
 
   at::Tensor hostTensor(const at::Tensor& t, std::vector<at::Tensor>& keep) {
@@ -509,9 +689,6 @@ class AsyncCall {
   const c10::OperatorHandle& op_;
   torch::jit::Stack* stack_;
   c10::DeviceIndex device_;
-  std::unordered_map<c10::TensorImpl*, std::pair<at::Tensor, at::Tensor>> by_impl_;  // device impl -> (device, meta)
-  std::unordered_map<c10::TensorImpl*, at::Tensor> meta_to_device_;
-  std::unordered_map<c10::StorageImpl*, c10::Storage> meta_storages_;
   std::unordered_map<c10::StorageImpl*, c10::Storage> host_storages_;
 };
 

@@ -1,0 +1,132 @@
+"""Ops run as tasks on the current stream: asynchronous, ordered, errors at sync."""
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import openmtia
+
+
+def hold(device=0):
+    """Holds the current stream of `device` until .release()."""
+    return openmtia._C._launch_blocking_task(device)
+
+
+def test_ops_return_before_they_run():
+    a = torch.randn(512, 512, device="mtia")
+    gate = hold()
+    c = a @ a  # returns although the stream is held
+    d = (c * 2).sum(1)
+    assert c.shape == (512, 512) and d.shape == (512,)
+    assert not torch.mtia.current_stream().query()
+    gate.release()
+    torch.mtia.synchronize()
+    ac = a.cpu()
+    torch.testing.assert_close(d.cpu(), ((ac @ ac) * 2).sum(1), rtol=1e-4, atol=1e-3)
+
+
+def test_in_order_execution_of_many_ops():
+    x = torch.zeros(1000, device="mtia")
+    gate = hold()
+    for _ in range(100):
+        x.add_(1)
+    y = x * 3
+    gate.release()
+    assert torch.equal(y.cpu(), torch.full((1000,), 300.0))
+
+
+def test_streams_are_independent():
+    s1, s2 = torch.Stream(device="mtia"), torch.Stream(device="mtia")
+    with torch.mtia.stream(s1):
+        gate = hold()
+    with torch.mtia.stream(s2):
+        y = torch.arange(10.0, device="mtia") * 2
+    s2.synchronize()  # completes while s1 is still held: the streams overlap
+    assert not s1.query()
+    assert torch.equal(y.cpu(), torch.arange(10.0) * 2)
+    gate.release()
+    s1.synchronize()
+
+
+def test_wait_stream_orders_consumers_after_producers():
+    producer = torch.Stream(device="mtia")
+    with torch.mtia.stream(producer):
+        gate = hold()
+        x = torch.full((100,), 5.0, device="mtia")
+    torch.mtia.current_stream().wait_stream(producer)
+    y = x + 1  # runs after the producer's work
+    gate.release()
+    assert torch.equal(y.cpu(), torch.full((100,), 6.0))
+
+
+def test_event_orders_work_across_streams():
+    s1, s2 = torch.Stream(device="mtia"), torch.Stream(device="mtia")
+    done = torch.Event(device="mtia")
+    with torch.mtia.stream(s1):
+        gate = hold()
+        x = torch.ones(50, device="mtia").mul_(7)
+        done.record()
+    with torch.mtia.stream(s2):
+        s2.wait_event(done)
+        y = x.sum()
+    assert not done.query()
+    gate.release()
+    with torch.mtia.stream(s2):
+        assert y.item() == 350.0
+
+
+def test_record_stream_keeps_memory_until_the_stream_used_it():
+    side = torch.Stream(device="mtia")
+    x = torch.full((1 << 16,), 3.0, device="mtia")
+    with torch.mtia.stream(side):
+        gate = hold()
+        x.record_stream(side)
+        total = x.sum()
+    del x  # freed by the host while the side stream still has to read it
+    junk = [torch.full((1 << 16,), -1.0, device="mtia") for _ in range(4)]  # would reuse it if freed
+    gate.release()
+    side.synchronize()
+    assert total.cpu().item() == 3.0 * (1 << 16)
+    del junk
+
+
+def test_async_error_names_the_op_and_device_recovers():
+    src = torch.randn(4, 3, device="mtia")
+    bad = torch.tensor([[0, 1, 2], [7, 0, 0]], device="mtia")  # 7 is out of range
+    out = torch.gather(src, 0, bad)  # returns: the check happens on the device
+    with pytest.raises(RuntimeError, match="aten::gather"):
+        torch.mtia.synchronize()
+    emb = torch.randn(5, 2, device="mtia")
+    torch.nn.functional.embedding(torch.tensor([1, 9], device="mtia"), emb)
+    with pytest.raises(RuntimeError, match="index"):
+        torch.mtia.synchronize()
+    good = torch.gather(src, 0, torch.zeros(1, 3, dtype=torch.long, device="mtia"))
+    assert torch.equal(good.cpu(), src.cpu()[:1])
+
+
+def test_launch_blocking_raises_at_the_failing_op():
+    code = (
+        "import torch\n"
+        "src = torch.randn(4, 3, device='mtia')\n"
+        "try:\n"
+        "    torch.gather(src, 0, torch.tensor([[9, 0, 0]], device='mtia'))\n"
+        "    print('no error at the op')\n"
+        "except RuntimeError as e:\n"
+        "    print('raised at the op:', 'aten::gather' in str(e))\n"
+        "print(torch.ones(2, device='mtia').sum().item())\n"
+    )
+    env = dict(os.environ, OPENMTIA_LAUNCH_BLOCKING="1")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split("\n")[:2] == ["raised at the op: True", "2.0"]
+
+
+def test_data_dependent_and_scalar_ops_wait():
+    x = torch.tensor([0.0, 1.0, 0.0, 2.0], device="mtia")
+    gate = hold()
+    import threading
+    threading.Timer(0.2, gate.release).start()  # nonzero must wait for the stream
+    assert torch.nonzero(x).cpu().flatten().tolist() == [1, 3]
+    assert torch.mtia.current_stream().query()

@@ -23,6 +23,8 @@
 #include <ATen/ops/empty_strided.h>
 #include <torch/library.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -455,32 +457,54 @@ void forEachArgTensor(std::vector<c10::IValue>& args, F&& f) {
   }
 }
 
+bool debugFallback() {
+  static const bool on = [] {
+    const char* v = std::getenv("OPENMTIA_DEBUG_FALLBACK");
+    return v && std::string(v) == "1";
+  }();
+  return on;
+}
+
 // Works out a plan by running the Meta kernel on meta twins of the arguments.
 class Planner {
  public:
   explicit Planner(const c10::OperatorHandle& op) : op_(op) {}
 
   std::shared_ptr<const Plan> plan(const std::vector<c10::IValue>& args) {
+    auto plan = analyse(args);
+    if (debugFallback() && !plan->async)
+      std::fprintf(stderr, "openmtia: %s runs synchronously: %s\n", op_.schema().name().c_str(), why_.c_str());
+    return plan;
+  }
+
+ private:
+  std::shared_ptr<Plan> fail(std::shared_ptr<Plan> plan, std::string why) {
+    why_ = std::move(why);
+    return plan;
+  }
+
+  std::shared_ptr<Plan> analyse(const std::vector<c10::IValue>& args) {
     auto plan = std::make_shared<Plan>();
     std::vector<c10::IValue> meta(args);
     for (auto& v : meta) {
-      if (!toMeta(v)) return plan;
+      if (!toMeta(v)) return fail(plan, "an argument has no meta twin");
     }
     try {
       op_.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta);
-    } catch (const std::exception&) {
-      return plan;  // no meta kernel, or invalid input: the synchronous path decides
+    } catch (const std::exception& e) {
+      // no meta kernel, or invalid input: the synchronous path decides
+      return fail(plan, std::string("meta kernel failed: ") + e.what());
     }
     for (auto& v : meta) {
       plan->is_list.push_back(v.isTensorList());
       std::vector<Plan::Out> outs;
       if (v.isTensor()) {
-        if (!output(v.toTensor(), outs)) return plan;
+        if (!output(v.toTensor(), outs)) return fail(plan, "an output is a view or not dense");
       } else if (v.isTensorList()) {
         for (const at::Tensor& t : v.toTensorList())
-          if (!output(t, outs)) return plan;
+          if (!output(t, outs)) return fail(plan, "an output is a view or not dense");
       } else {
-        return plan;
+        return fail(plan, "a result is not a tensor");
       }
       plan->returns.push_back(std::move(outs));
     }
@@ -493,7 +517,6 @@ class Planner {
     return plan;
   }
 
- private:
   bool output(const at::Tensor& m, std::vector<Plan::Out>& outs) {
     Plan::Out o;
     if (!m.defined()) return false;
@@ -574,6 +597,7 @@ class Planner {
   }
 
   const c10::OperatorHandle& op_;
+  std::string why_;
   std::vector<at::Tensor> flat_meta_;     // meta twin of each tensor argument, in order
   std::vector<Plan::Meta> original_;      // each tensor argument's metadata before the call
   std::unordered_map<c10::TensorImpl*, at::Tensor> by_impl_;
@@ -639,6 +663,8 @@ class AsyncCall {
     auto op = op_;
     launchOnCurrentStream(device_, schema.name().c_str(),
                           [op, host = std::move(args), outs = std::move(outs), keep = std::move(keep)]() mutable {
+                            // as on the host: kernels run below autograd
+                            at::AutoDispatchBelowADInplaceOrView below_autograd;
                             op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &host);
                             for (auto& [slot, out] : outs) copyResult(host, slot, out);
                           });
@@ -695,6 +721,9 @@ class AsyncCall {
 void mtiaFallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
   HostCall call(op, stack);
   Mode mode = modeOf(op);
+  if (debugFallback())
+    std::fprintf(stderr, "openmtia: fallback %s (%s)\n", op.schema().name().c_str(),
+                 mode == Mode::kSync ? "sync" : mode == Mode::kView ? "view" : "async");
   if (mode == Mode::kSync) return call.run(/*wait=*/true);
   c10::DeviceIndex device = call.device();
   if (mode == Mode::kView) return call.run(/*wait=*/false);  // views read no data

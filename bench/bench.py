@@ -1,0 +1,126 @@
+"""mtia vs CPU PyTorch, measured in one process: prints a table of ratios.
+
+Each figure is the median of repeated timed runs; mtia is synchronized before
+each timer stops. Ratios: latency ratio = mtia time / CPU time (lower is
+better, target <= 1.5); throughput ratio = CPU time / mtia time (higher is
+better, target >= 0.9).
+"""
+import argparse
+import statistics
+import time
+
+import torch
+
+
+def timed(fn, sync, repeats, inner):
+    for _ in range(2):  # warm-up (plans, allocations, lazy init)
+        fn()
+    sync()
+    samples = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(inner):
+            fn()
+        sync()
+        samples.append((time.perf_counter() - t0) / inner)
+    return statistics.median(samples)
+
+
+def on(device):
+    return (lambda: torch.mtia.synchronize()) if device == "mtia" else (lambda: None)
+
+
+def tiny_add(device):
+    x = torch.ones(1, device=device)
+    return lambda: x + x
+
+
+def chain10(device):
+    x = torch.randn(64, device=device)
+
+    def f():
+        y = x * 2
+        y = y + 1
+        y = torch.relu(y)
+        y = y - x
+        y = y.exp()
+        y = y * 0.5
+        y = y.sqrt()
+        y = y + x
+        y = y.abs()
+        return y.neg()
+    return f
+
+
+def big_add(device):
+    a = torch.randn(16 << 20, device=device)
+    b = torch.randn(16 << 20, device=device)
+    return lambda: a + b
+
+
+def matmul(device):
+    a = torch.randn(1024, 1024, device=device)
+    b = torch.randn(1024, 1024, device=device)
+    return lambda: a @ b
+
+
+def train_step(model_fn, input_fn):
+    def make(device):
+        torch.manual_seed(0)
+        model = model_fn().to(device)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        x, y = input_fn(device)
+
+        def step():
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+        return step
+    return make
+
+
+mlp = train_step(
+    lambda: torch.nn.Sequential(*[m for _ in range(4) for m in (torch.nn.Linear(512, 512), torch.nn.ReLU())]),
+    lambda d: (torch.randn(256, 512, device=d), torch.randn(256, 512, device=d)))
+
+transformer = train_step(
+    lambda: torch.nn.TransformerEncoder(
+        torch.nn.TransformerEncoderLayer(256, 4, 1024, dropout=0.0, batch_first=True), num_layers=4,
+        enable_nested_tensor=False),
+    lambda d: (torch.randn(8, 128, 256, device=d), torch.randn(8, 128, 256, device=d)))
+
+CASES = [
+    # name, factory, kind, inner iterations, target
+    ("add, 1 element (latency per op)", tiny_add, "latency", 2000, 1.5),
+    ("10-op chain, 64 elements (latency per chain)", chain10, "latency", 300, 1.5),
+    ("add, 16M elements (throughput)", big_add, "throughput", 3, 0.9),
+    ("matmul 1024^3 float32 (throughput)", matmul, "throughput", 3, 0.9),
+    ("4-layer MLP train step, AdamW", mlp, "throughput", 3, 0.9),
+    ("transformer 4x256, seq 128, batch 8, train step", transformer, "throughput", 1, 0.9),
+]
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--quick", action="store_true", help="fewer repeats (smoke run)")
+    args = p.parse_args()
+    repeats = 2 if args.quick else args.repeats
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} CPU threads, median of {repeats} runs\n")
+    print(f"| {'case':50} | {'cpu':>10} | {'mtia':>10} | {'ratio':>6} | target | met |")
+    print(f"|{'-' * 52}|{'-' * 12}|{'-' * 12}|{'-' * 8}|--------|-----|")
+    for name, factory, kind, inner, target in CASES:
+        inner = max(1, inner // 4) if args.quick else inner
+        t_cpu = timed(factory("cpu"), on("cpu"), repeats, inner)
+        t_mtia = timed(factory("mtia"), on("mtia"), repeats, inner)
+        if kind == "latency":
+            ratio, ok, fmt = t_mtia / t_cpu, t_mtia / t_cpu <= target, f"<= {target}"
+        else:
+            ratio, ok, fmt = t_cpu / t_mtia, t_cpu / t_mtia >= target, f">= {target}"
+        unit = (lambda t: f"{t * 1e6:8.1f}us") if t_cpu < 1e-3 else (lambda t: f"{t * 1e3:8.2f}ms")
+        print(f"| {name:50} | {unit(t_cpu):>10} | {unit(t_mtia):>10} | {ratio:6.2f} | {fmt:6} | {'yes' if ok else 'NO':3} |")
+
+
+if __name__ == "__main__":
+    main()

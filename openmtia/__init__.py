@@ -5,9 +5,20 @@ at the end of ``import torch``, so ``torch.device("mtia")``, ``torch.mtia`` and
 ``torch.accelerator`` work without importing this package. Importing it
 explicitly is harmless: Python loads the extension once.
 """
-import torch
 
-from . import _C  # registers hooks, guard, allocator, kernels and fallback
+
+def _autoload():
+    """Entry point called by torch's backend autoload: importing did the work.
+
+    Defined before `import torch`: when openmtia is imported first, that import
+    runs torch's autoload, which looks this function up on the partly
+    initialized package.
+    """
+
+
+import torch  # noqa: E402
+
+from . import _C  # noqa: E402  registers hooks, guard, allocator, kernels and fallback
 
 # torch.mtia reads its per-device default generators from this tuple.
 torch.mtia.default_generators = _C._default_generators()
@@ -19,7 +30,3 @@ def device_memory_info(device=None):
     """(free, total) bytes of an mtia device's memory."""
     idx = torch.mtia._utils._get_device_index(device, optional=True)
     return _C._device_memory_info(idx)
-
-
-def _autoload():
-    """Entry point called by torch's backend autoload: importing did the work."""

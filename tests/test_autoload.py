@@ -26,6 +26,21 @@ def test_explicit_import_is_idempotent():
     assert out == "True 2 2.0"
 
 
+def test_importing_openmtia_before_torch():
+    out = run("import openmtia, torch; print(torch.ones(2, device='mtia:1').sum().item())")
+    assert out == "2.0"
+
+
+def test_native_ops_command():
+    r = subprocess.run([sys.executable, "-m", "openmtia.ops"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    for op in ("aten::copy_", "aten::empty.memory_format", "aten::_local_scalar_dense", "aten::resize_"):
+        assert op in lines
+    assert "aten::convolution  (cpu-kernel)" in lines
+    assert lines[-1].startswith("# ")
+
+
 def test_explicit_import_without_autoload():
     out = run("import torch, openmtia; print(torch.mtia.is_available(), torch.zeros(3, device='mtia').device)",
               TORCH_DEVICE_BACKEND_AUTOLOAD="0")

@@ -1,0 +1,48 @@
+"""Which aten ops have an openmtia kernel on the MTIA dispatch key.
+
+    python -m openmtia.ops            # the list, one op a line
+    python -m openmtia.ops --summary  # counts only
+
+An op listed here runs openmtia's own kernel (copies, allocation, views,
+fill, ...) or, where marked "cpu-kernel", the CPU kernel chosen over a
+composite decomposition. Every other aten op goes through the boxed fallback,
+which runs the CPU kernel on host views of device memory, asynchronously on
+the current stream where its Meta kernel allows (set OPENMTIA_DEBUG_FALLBACK=1
+to see each call's path).
+"""
+import argparse
+
+import torch
+
+# openmtia routes these through the CPU kernel instead of the composite kernel
+# (see csrc/fallback.cpp, kCpuKernelOverComposite)
+CPU_KERNEL_OVER_COMPOSITE = {
+    "aten::convolution", "aten::_convolution", "aten::convolution_backward", "aten::_stack", "aten::_stack.out",
+    "aten::addr", "aten::addr.out", "aten::all.dims", "aten::all.dims_out", "aten::any.dims", "aten::any.dims_out",
+    "aten::linalg__powsum", "aten::native_group_norm", "aten::native_layer_norm",
+}
+
+
+def native_ops():
+    """Sorted names of the aten ops registered for the MTIA key."""
+    import openmtia  # noqa: F401  (registers the kernels when autoload is off)
+
+    names = torch._C._dispatch_get_registrations_for_dispatch_key("MTIA")
+    return sorted(n if "::" in n else f"aten::{n}" for n in names if n.startswith("aten::") or "::" not in n)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--summary", action="store_true")
+    args = p.parse_args()
+    ops = native_ops()
+    if not args.summary:
+        for name in ops:
+            print(f"{name}{'  (cpu-kernel)' if name in CPU_KERNEL_OVER_COMPOSITE else ''}")
+    own = [n for n in ops if n not in CPU_KERNEL_OVER_COMPOSITE]
+    print(f"# {len(own)} openmtia kernels, {len(ops) - len(own)} CPU kernels chosen over composites; "
+          f"every other aten op: the fallback")
+
+
+if __name__ == "__main__":
+    main()

@@ -741,11 +741,12 @@ TORCH_LIBRARY_IMPL(_, MTIA, m) { m.fallback(torch::CppFunction::makeFromBoxedFun
 // an unimplemented *_overrideable op; for the others it is a different
 // decomposition (e.g. math_group_norm) whose low-precision results differ from
 // CPU's. Run the CPU kernel instead. (tests/test_ops.py checks this list is
-// complete for the installed torch.)
+// complete for the installed torch.) Also composite kernels that reject
+// devices other than CPU/CUDA/XPU (mode.values), found by conformance/.
 const char* const kCpuKernelOverComposite[] = {
     "convolution", "_convolution", "convolution_backward", "_stack", "_stack.out", "addr", "addr.out",
     "all.dims", "all.dims_out", "any.dims", "any.dims_out", "linalg__powsum", "native_group_norm",
-    "native_layer_norm"};
+    "native_layer_norm", "mode.values"};
 
 TORCH_LIBRARY_IMPL(aten, MTIA, m) {
   for (const char* name : kCpuKernelOverComposite)

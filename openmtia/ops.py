@@ -19,7 +19,7 @@ import torch
 CPU_KERNEL_OVER_COMPOSITE = {
     "aten::convolution", "aten::_convolution", "aten::convolution_backward", "aten::_stack", "aten::_stack.out",
     "aten::addr", "aten::addr.out", "aten::all.dims", "aten::all.dims_out", "aten::any.dims", "aten::any.dims_out",
-    "aten::linalg__powsum", "aten::native_group_norm", "aten::native_layer_norm",
+    "aten::linalg__powsum", "aten::native_group_norm", "aten::native_layer_norm", "aten::mode.values",
 }
 
 

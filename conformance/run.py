@@ -1,0 +1,373 @@
+"""Conformance: PyTorch's own OpInfo database (op_db) on mtia against CPU.
+
+    python conformance/run.py                 # full run: every sample of every op
+    python conformance/run.py --quick         # CI slice: 2 samples per op and check
+    python conformance/run.py --ops add,mm    # some ops only
+
+For every op and dtype (float32, float64, int64, bool, bfloat16, float16) the
+checks are: forward values, gradients (ops that support autograd; float32 and
+float64), out= variants, and non-contiguous inputs. Each sample is run on CPU
+and on mtia from the same seed (torch.manual_seed seeds both generators) and
+compared with OpInfo's tolerances. Outcomes per sample: pass, fail (values
+differ), error (mtia raised where CPU did not), not_implemented (mtia lacks the
+op), skipped (OpInfo's own skip or xfail for test_compare_cpu).
+
+Ops run in worker processes: a crash loses that op (recorded as a crash), not
+the run. Writes conformance/results/results.json (per op) and summary.md, and
+compares the failing (op, check, dtype) triples with known_failures.json: a
+new failure or a fixed known one makes the run exit non-zero.
+"""
+import argparse
+import collections
+import json
+import os
+import subprocess
+import sys
+import time
+import traceback
+import unittest
+import warnings
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+DTYPES = ["float32", "float64", "int64", "bool", "bfloat16", "float16"]
+CHECKS = ["forward", "backward", "out", "noncontiguous"]
+OUTCOMES = ["pass", "fail", "error", "not_implemented", "skipped"]
+GRAD_DTYPES = {"float32", "float64"}
+# Not comparable by construction (the sample's values are not defined).
+UNCOMPARABLE = {"empty", "empty_like", "new_empty", "new_empty_strided", "empty_strided", "empty_permuted"}
+
+
+# ---------------------------------------------------------------- worker side
+def _worker():
+    import torch
+    from torch.testing._internal.common_methods_invocations import op_db
+    from torch.utils._pytree import tree_leaves, tree_map
+
+    warnings.simplefilter("ignore")
+
+    def opinfo_decorations(op, dtype):
+        """(skip reason or None, tolerance override or None) for test_compare_cpu."""
+        tol = None
+        for d in op.get_decorators("TestCommon", "test_compare_cpu", "mtia", dtype, {}):
+            if d is unittest.expectedFailure:
+                return "OpInfo xfail", None
+            if getattr(d, "__qualname__", "") == "skip.<locals>.decorator":  # unittest.skip(...)
+                return "OpInfo skip", None
+            if hasattr(d, "d") and isinstance(d.d, dict) and dtype in d.d:
+                t = d.d[dtype]  # toleranceOverride: tol(atol, rtol); precisionOverride: atol
+                tol = (t.atol, t.rtol) if hasattr(t, "atol") else (t, 1.3e-6)
+        return None, tol
+
+    def faithful(x):
+        """x on mtia with the same storage layout (strides, offset, gaps), so
+        non-contiguous samples stay non-contiguous and as_strided sees the same
+        storage."""
+        x = x.detach()
+        if x.layout != torch.strided:
+            return x.to("mtia")
+        if x.is_conj():
+            return faithful(x.conj()).conj()
+        if x.is_neg():
+            return x.resolve_neg().to("mtia")
+        st = x.untyped_storage()
+        n = st.nbytes() // x.element_size()
+        base = torch.empty(0, dtype=x.dtype).set_(st, 0, (n,), (1,))
+        return base.to("mtia").as_strided(x.size(), x.stride(), x.storage_offset())
+
+    def to_mtia(tree, op=None):
+        def move(x):
+            if isinstance(x, torch.device) and x.type == "cpu":
+                return torch.device("mtia")
+            if isinstance(x, str) and x == "cpu":
+                return "mtia"
+            if not isinstance(x, torch.Tensor):
+                return x
+            return faithful(x).requires_grad_(x.requires_grad)
+        args, kwargs = tree
+        if op is not None and op.name == "tensor_split" and len(args) > 1:
+            # its index tensor must stay on the CPU (as for cuda)
+            moved_args, moved_kwargs = tree_map(move, (args, kwargs))
+            return (moved_args[0], args[1]) + tuple(moved_args[2:]), moved_kwargs
+        return tree_map(move, tree)
+
+    def grads(fn, args, kwargs):
+        out = fn(*args, **kwargs)
+        outs = [o for o in tree_leaves(out) if isinstance(o, torch.Tensor) and o.requires_grad]
+        if not outs:
+            return None
+        ins = [x for x in tree_leaves((args, kwargs)) if isinstance(x, torch.Tensor) and x.requires_grad]
+        return torch.autograd.grad(sum(o.abs().sum() for o in outs), ins, allow_unused=True)
+
+    def compare(actual, expected, dtype, tol):
+        torch.mtia.synchronize()  # non_blocking results must have landed
+        actual = tree_map(lambda x: x.cpu() if isinstance(x, torch.Tensor) else x, actual)
+        if tol is not None:
+            kw = dict(atol=tol[0], rtol=tol[1])
+        elif dtype in (torch.bfloat16, torch.float16):
+            kw = dict(atol=1e-2, rtol=1e-2)
+        else:
+            kw = dict(atol=1e-5, rtol=1.3e-6) if dtype == torch.float32 else {}
+        try:
+            torch.testing.assert_close(actual, expected, equal_nan=True, check_device=False, **kw)
+        except AssertionError as e:
+            if "bitwise comparison" not in str(e):
+                raise
+            torch.testing.assert_close(actual, expected, equal_nan=True, check_device=False, atol=0, rtol=0)
+
+    def out_variant(op, args, kwargs, like, device):
+        """Runs op(..., out=...) into fresh tensors on `device` shaped like `like`;
+        returns the out tensors."""
+        def alloc(x):
+            return torch.empty_like(x, device=device) if isinstance(x, torch.Tensor) else x
+        out = tree_map(alloc, like)
+        if isinstance(out, list):
+            out = tuple(out)
+        if device == "mtia":
+            args, kwargs = to_mtia((args, kwargs), op)
+        op(*args, **kwargs, out=out)
+        return out
+
+    def classify(exc):
+        msg = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+        if isinstance(exc, NotImplementedError) or "Could not run" in msg or "not implemented" in msg.lower():
+            return "not_implemented", msg
+        return "error", msg
+
+    def run_op(index, dtype_names, max_samples):
+        op = op_db[index]
+        name = f"{op.name}.{op.variant_test_name}" if op.variant_test_name else op.name
+        res = {"op": name, "checks": {}}
+        for dname in dtype_names:
+            dtype = getattr(torch, dname)
+            if dtype not in op.supported_dtypes("cpu"):
+                continue
+            skip, tol = opinfo_decorations(op, dtype)
+            for check in CHECKS:
+                if check == "backward" and (not op.supports_autograd or dname not in GRAD_DTYPES):
+                    continue
+                if check == "out" and not op.supports_out:
+                    continue
+                counts = collections.Counter()
+                failures = []
+                try:
+                    samples = op.sample_inputs("cpu", dtype, requires_grad=(check == "backward"))
+                    samples = [s for _, s in zip(range(max_samples), samples)] if max_samples else list(samples)
+                except Exception:
+                    continue
+                for s in samples:
+                    if skip:
+                        counts["skipped"] += 1
+                        continue
+                    if check == "noncontiguous":
+                        try:
+                            s = s.noncontiguous()
+                        except Exception:
+                            continue  # the sample cannot be made non-contiguous (e.g. sparse)
+                    args, kwargs = (s.input,) + tuple(s.args), s.kwargs
+                    try:
+                        torch.manual_seed(0)
+                        if check == "backward":
+                            expected = grads(op, args, kwargs)
+                            if expected is None:
+                                continue
+                        else:
+                            expected = op(*args, **kwargs)
+                        if check == "out":
+                            if not isinstance(expected, (torch.Tensor, tuple, list)):
+                                continue
+                            like = expected
+                            torch.manual_seed(0)
+                            expected = out_variant(op, args, kwargs, like, "cpu")
+                    except Exception:
+                        continue  # CPU rejects the sample: not a conformance question
+                    try:
+                        torch.manual_seed(0)
+                        if check == "backward":
+                            actual = grads(op, *to_mtia((args, kwargs), op))
+                        elif check == "out":
+                            actual = out_variant(op, args, kwargs, like, "mtia")
+                        else:
+                            margs, mkw = to_mtia((args, kwargs), op)
+                            actual = op(*margs, **mkw)
+                    except Exception as e:
+                        kind, msg = classify(e)
+                        counts[kind] += 1
+                        failures.append(msg)
+                        try:
+                            torch.mtia.synchronize()
+                        except Exception:
+                            pass
+                        continue
+                    try:
+                        compare(actual, expected, dtype, tol)
+                        counts["pass"] += 1
+                    except Exception as e:
+                        if isinstance(e, AssertionError):
+                            counts["fail"] += 1
+                            failures.append(f"mismatch: {str(e).splitlines()[0][:300]}")
+                        else:  # e.g. an asynchronous error raised at the sync
+                            kind, msg = classify(e)
+                            counts[kind] += 1
+                            failures.append(msg)
+                if counts:
+                    res["checks"].setdefault(check, {})[dname] = {
+                        "counts": dict(counts), "failures": sorted(set(failures))[:5]}
+        return res
+
+    for line in sys.stdin:
+        req = json.loads(line)
+        try:
+            out = run_op(req["index"], req["dtypes"], req["max_samples"])
+        except Exception:
+            out = {"op": str(req["index"]), "internal_error": traceback.format_exc()[-2000:], "checks": {}}
+        sys.stdout.write(json.dumps(out) + "\n")
+        sys.stdout.flush()
+
+
+# ---------------------------------------------------------------- driver side
+class Worker:
+    def __init__(self):
+        self.proc = subprocess.Popen([sys.executable, __file__, "--worker"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+
+    def run(self, req):
+        try:
+            self.proc.stdin.write(json.dumps(req) + "\n")
+            self.proc.stdin.flush()
+            line = self.proc.stdout.readline()
+        except BrokenPipeError:
+            line = ""
+        if not line:  # the worker died on this op
+            self.proc.wait()
+            return None
+        return json.loads(line)
+
+    def close(self):
+        try:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=30)
+        except Exception:
+            self.proc.kill()
+
+
+def op_names():
+    out = subprocess.run([sys.executable, "-c",
+                          "import json, warnings; warnings.simplefilter('ignore');"
+                          "from torch.testing._internal.common_methods_invocations import op_db;"
+                          "print(json.dumps([[o.name, o.variant_test_name] for o in op_db]))"],
+                         capture_output=True, text=True, check=True)
+    return [f"{n}.{v}" if v else n for n, v in json.loads(out.stdout.strip().splitlines()[-1])]
+
+
+def run_all(indices, names, dtypes, max_samples, jobs):
+    import threading
+
+    results, lock = [], threading.Lock()
+    queue = list(indices)
+
+    def loop():
+        worker = Worker()
+        while True:
+            with lock:
+                if not queue:
+                    break
+                index = queue.pop(0)
+            res = worker.run({"index": index, "dtypes": dtypes, "max_samples": max_samples})
+            if res is None:
+                res = {"op": names[index], "crash": True, "checks": {}}
+                worker = Worker()
+            with lock:
+                results.append(res)
+        worker.close()
+
+    threads = [threading.Thread(target=loop) for _ in range(jobs)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return sorted(results, key=lambda r: r["op"])
+
+
+def failing_keys(results):
+    keys = {}
+    for r in results:
+        if r.get("crash") or r.get("internal_error"):
+            keys[f"{r['op']}|*|*"] = "crash" if r.get("crash") else "internal error"
+        for check, per_dtype in r["checks"].items():
+            for dtype, entry in per_dtype.items():
+                c = entry["counts"]
+                if c.get("fail") or c.get("error") or c.get("not_implemented"):
+                    keys[f"{r['op']}|{check}|{dtype}"] = "; ".join(entry["failures"])[:300]
+    return keys
+
+
+def summarize(results, dtypes):
+    totals = collections.defaultdict(collections.Counter)
+    for r in results:
+        for check, per_dtype in r["checks"].items():
+            for dtype, entry in per_dtype.items():
+                totals[(check, dtype)].update(entry["counts"])
+    lines = ["| check | dtype | " + " | ".join(OUTCOMES) + " | pass % of executed |",
+             "|---|---|" + "---|" * len(OUTCOMES) + "---|"]
+    for check in CHECKS:
+        for dtype in dtypes:
+            c = totals.get((check, dtype))
+            if not c:
+                continue
+            executed = sum(c[k] for k in OUTCOMES if k != "skipped")
+            pct = 100.0 * c["pass"] / executed if executed else 100.0
+            lines.append(f"| {check} | {dtype} | " + " | ".join(str(c[k]) for k in OUTCOMES) + f" | {pct:.2f} |")
+    crashes = [r["op"] for r in results if r.get("crash")]
+    lines.append("")
+    lines.append(f"ops run: {len(results)}; crashed ops: {len(crashes)} {crashes[:10] if crashes else ''}")
+    return "\n".join(lines), totals
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--quick", action="store_true", help="CI slice: at most 2 samples per op, check and dtype")
+    p.add_argument("--max-samples", type=int, default=0, help="samples per op, check and dtype (0: all)")
+    p.add_argument("--ops", default="", help="comma-separated op names (default: all)")
+    p.add_argument("--dtypes", default=",".join(DTYPES))
+    p.add_argument("--jobs", type=int, default=2)
+    p.add_argument("--out", default=str(HERE / "results"))
+    p.add_argument("--known", default=str(HERE / "known_failures.json"))
+    args = p.parse_args()
+    if args.worker:
+        return _worker()
+
+    t0 = time.time()
+    names = op_names()
+    wanted = set(args.ops.split(",")) if args.ops else None
+    indices = [i for i, n in enumerate(names)
+               if n.split(".")[0] not in UNCOMPARABLE and (wanted is None or n in wanted or n.split(".")[0] in wanted)]
+    dtypes = args.dtypes.split(",")
+    max_samples = 2 if args.quick else args.max_samples
+    results = run_all(indices, names, dtypes, max_samples, args.jobs)
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(results, indent=1))
+    table, totals = summarize(results, dtypes)
+    (out / "summary.md").write_text(table + "\n")
+    print(table)
+
+    known = json.loads(Path(args.known).read_text()) if Path(args.known).exists() else {}
+    failing = failing_keys(results)
+    ran = {f"{r['op']}|{c}|{d}" for r in results for c, pd in r["checks"].items() for d in pd}
+    ran |= {f"{r['op']}|*|*" for r in results}
+    new = {k: v for k, v in failing.items() if k not in known}
+    fixed = sorted(k for k in known if k in ran and k not in failing)
+    print(f"\n{len(failing)} failing (op, check, dtype) entries, {len(known)} known; "
+          f"{len(new)} new, {len(fixed)} fixed; {time.time() - t0:.0f}s")
+    for k, v in sorted(new.items()):
+        print(f"NEW FAILURE {k}: {v}")
+    for k in fixed:
+        print(f"FIXED (remove from known_failures.json) {k}")
+    return 1 if new or fixed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

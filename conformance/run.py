@@ -36,6 +36,10 @@ OUTCOMES = ["pass", "fail", "error", "not_implemented", "skipped"]
 GRAD_DTYPES = {"float32", "float64"}
 # Not comparable by construction (the sample's values are not defined).
 UNCOMPARABLE = {"empty", "empty_like", "new_empty", "new_empty_strided", "empty_strided", "empty_permuted"}
+# (op, check) pairs whose CPU reference itself is undefined. Upstream bug:
+# fft_ihfftn_impl calls at::conj_physical_out(tmp, out) with its arguments
+# swapped, so the out= variants return uninitialized memory on every device.
+UNCOMPARABLE_CHECKS = {("fft.ihfft2", "out"), ("fft.ihfftn", "out")}
 
 
 # ---------------------------------------------------------------- worker side
@@ -147,6 +151,8 @@ def _worker():
                 if check == "backward" and (not op.supports_autograd or dname not in GRAD_DTYPES):
                     continue
                 if check == "out" and not op.supports_out:
+                    continue
+                if (name, check) in UNCOMPARABLE_CHECKS:
                     continue
                 counts = collections.Counter()
                 failures = []

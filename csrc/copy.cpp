@@ -25,9 +25,11 @@ void keepAlive(c10::DeviceIndex dev, omr::StreamId stream, std::vector<at::Tenso
 // conversion, both on device `dev`, enqueued on its current stream.
 void launchCopyKernel(const at::Tensor& dst, const at::Tensor& src) {
   auto dev = dst.device().index();
-  launchOnCurrentStream(dev, "copy_", [dst, src] {
+  // Views are taken now: a later in-place metadata change (resize_, t_, ...)
+  // must not change what this task does. The tensors keep the memory alive.
+  launchOnCurrentStream(dev, "copy_", [hd = hostView(dst), hs = hostView(src), keep = std::make_pair(dst, src)]() mutable {
     at::AutoDispatchBelowADInplaceOrView guard;
-    hostView(dst).copy_(hostView(src));
+    hd.copy_(hs);
   });
 }
 

@@ -23,6 +23,8 @@
 #include <ATen/ops/empty_strided.h>
 #include <torch/library.h>
 
+#include "structured_ops.h"
+
 #include <cstdio>
 #include <cstdlib>
 #include <unordered_map>
@@ -330,7 +332,37 @@ struct Plan {
   std::vector<std::vector<Out>> returns;  // per return: one, or the list's elements
   std::vector<bool> is_list;
   std::vector<std::pair<int, Meta>> resized;  // inputs whose metadata the op changes
+  // The op's out= overload, when every result is fresh: the task then writes
+  // straight into the device outputs (no host result to copy).
+  std::optional<c10::OperatorHandle> out_op;
 };
+
+// The structured out= kernel of a functional op (see
+// tools/gen_structured_ops.py), if its schema is the op's arguments followed by
+// one out argument per return. Only for these is writing into the outputs
+// exactly the functional op: other out= kernels may use the out tensor as
+// scratch space or leave parts of it unwritten.
+std::optional<c10::OperatorHandle> outOverload(const c10::OperatorHandle& op) {
+  const auto& schema = op.schema();
+  static const std::unordered_map<std::string, std::string> delegates = [] {
+    std::unordered_map<std::string, std::string> m;
+    for (const auto& e : kStructuredDelegates) m.emplace(std::string(e[0]) + "." + e[1], e[2]);
+    return m;
+  }();
+  auto it = delegates.find(schema.name() + "." + schema.overload_name());
+  if (it == delegates.end()) return std::nullopt;
+  auto h = c10::Dispatcher::singleton().findOp({schema.name(), it->second});
+  if (!h) return std::nullopt;
+  const auto& a = schema.arguments();
+  const auto& oa = h->schema().arguments();
+  if (oa.size() != a.size() + schema.returns().size() || h->schema().returns().size() != schema.returns().size())
+    return std::nullopt;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (oa[i].name() != a[i].name() || !(*oa[i].type() == *a[i].type())) return std::nullopt;
+  for (size_t i = a.size(); i < oa.size(); ++i)
+    if (!oa[i].is_out() || oa[i].type()->kind() != c10::TypeKind::TensorType) return std::nullopt;
+  return h;
+}
 
 Plan::Meta metaOf(const at::Tensor& t) {
   return {t.sizes().vec(), t.strides().vec(), t.storage_offset(), t.scalar_type()};
@@ -513,6 +545,10 @@ class Planner {
       if (m.defined() && m.device().type() == c10::kMeta && !sameMeta(m, original_[k]))
         plan->resized.emplace_back(static_cast<int>(k), metaOf(m));
     }
+    bool all_fresh = true;
+    for (size_t i = 0; i < plan->returns.size(); ++i)
+      for (const auto& o : plan->returns[i]) all_fresh = all_fresh && o.input < 0 && !plan->is_list[i];
+    if (all_fresh && !plan->returns.empty() && plan->resized.empty()) plan->out_op = outOverload(op_);
     plan->async = true;
     return plan;
   }
@@ -660,14 +696,23 @@ class AsyncCall {
       }
     }
     for (auto& v : args) toHost(v, keep);
-    auto op = op_;
-    launchOnCurrentStream(device_, schema.name().c_str(),
-                          [op, host = std::move(args), outs = std::move(outs), keep = std::move(keep)]() mutable {
-                            // as on the host: kernels run below autograd
-                            at::AutoDispatchBelowADInplaceOrView below_autograd;
-                            op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &host);
-                            for (auto& [slot, out] : outs) copyResult(host, slot, out);
-                          });
+    if (plan->out_op) {  // the kernel writes into the device outputs themselves
+      for (auto& [slot, out] : outs) args.emplace_back(out);
+      launchOnCurrentStream(device_, schema.name().c_str(),
+                            [op = *plan->out_op, host = std::move(args), keep = std::move(keep)]() mutable {
+                              at::AutoDispatchBelowADInplaceOrView below_autograd;
+                              op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &host);
+                            });
+    } else {
+      auto op = op_;
+      launchOnCurrentStream(device_, schema.name().c_str(),
+                            [op, host = std::move(args), outs = std::move(outs), keep = std::move(keep)]() mutable {
+                              // as on the host: kernels run below autograd
+                              at::AutoDispatchBelowADInplaceOrView below_autograd;
+                              op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &host);
+                              for (auto& [slot, out] : outs) copyResult(host, slot, out);
+                            });
+    }
     stack_->erase(stack_->begin() + first, stack_->end());
     for (auto& r : results) stack_->push_back(std::move(r));
     return true;

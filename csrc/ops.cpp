@@ -147,9 +147,10 @@ at::Tensor& fill_scalar(at::Tensor& self, const c10::Scalar& value) {
   probe.fill_(value);
   if (self.numel() == 0) return self;
   at::assert_no_internal_overlap(self);
-  launchOnCurrentStream(self.device().index(), "fill_", [self, probe] {
+  // the view is taken now, so later metadata changes of self do not matter
+  launchOnCurrentStream(self.device().index(), "fill_", [h = hostView(self), self, probe]() mutable {
     at::AutoDispatchBelowADInplaceOrView guard;
-    hostView(self).copy_(probe);
+    h.copy_(probe);
   });
   return self;
 }
@@ -162,10 +163,11 @@ at::Tensor& fill_tensor(at::Tensor& self, const at::Tensor& value) {
                 value.device(), " and ", self.device());
     if (self.numel() == 0) return self;
     at::assert_no_internal_overlap(self);
-    launchOnCurrentStream(self.device().index(), "fill_", [self, value] {
-      at::AutoDispatchBelowADInplaceOrView guard;
-      hostView(self).copy_(hostView(value));
-    });
+    launchOnCurrentStream(self.device().index(), "fill_",
+                          [h = hostView(self), hv = hostView(value), self, value]() mutable {
+                            at::AutoDispatchBelowADInplaceOrView guard;
+                            h.copy_(hv);
+                          });
     return self;
   }
   return fill_scalar(self, value.item());

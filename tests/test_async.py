@@ -130,3 +130,22 @@ def test_data_dependent_and_scalar_ops_wait():
     threading.Timer(0.2, gate.release).start()  # nonzero must wait for the stream
     assert torch.nonzero(x).cpu().flatten().tolist() == [1, 3]
     assert torch.mtia.current_stream().query()
+
+
+def test_tasks_snapshot_metadata_at_launch():
+    """In-place metadata changes after an op was launched do not change the op."""
+    x = torch.zeros(4, 4, device="mtia")
+    src = torch.arange(16.0, device="mtia").view(4, 4)
+    gate = hold()
+    x.copy_(src.t())     # a strided copy task
+    x.resize_(16)        # ... then the host changes x's shape before it runs
+    y = torch.zeros(3, 3, device="mtia")
+    y.fill_(2.0)
+    y.t_()
+    z = torch.ones(2, 3, device="mtia")
+    z.mul_(5)            # a fallback task
+    z.t_()
+    gate.release()
+    assert torch.equal(x.cpu(), torch.arange(16.0).view(4, 4).t().reshape(16))
+    assert torch.equal(y.cpu(), torch.full((3, 3), 2.0))
+    assert torch.equal(z.cpu(), torch.full((3, 2), 5.0))

@@ -54,9 +54,9 @@ c10::Allocator* pinnedAllocator();
 c10::Allocator* hostLabelledDeviceAllocator(c10::DeviceIndex device);
 
 // ---- tensors
-// A CPU tensor that views the same (host-addressable) memory as an mtia tensor.
-// Only for use after the stream that writes it has been waited for, or inside
-// a task on that stream.
+// A CPU tensor that views the same (host-addressable) memory as an mtia tensor,
+// and keeps that memory alive. Only for use after the stream that writes it has
+// been waited for, or inside a task on that stream.
 at::Tensor hostView(const at::Tensor& t);
 // A CPU storage over the same bytes as a device storage; resizable through
 // `resize_allocator` when given.

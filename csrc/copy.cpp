@@ -16,9 +16,12 @@ namespace {
 
 size_t spanBytes(const at::Tensor& t) { return static_cast<size_t>(t.numel()) * t.element_size(); }
 
-// Keeps tensors alive until the stream reaches this point.
-void keepAlive(c10::DeviceIndex dev, omr::StreamId stream, std::vector<at::Tensor> tensors) {
-  OMR_CALL(omr::launch(dev, stream, "release", [t = std::move(tensors)] {}));
+// Keeps the tensors' memory alive until the stream reaches this point (holds
+// storages, not tensors: a task never keeps a Python-owned tensor alive).
+void keepAlive(c10::DeviceIndex dev, omr::StreamId stream, std::initializer_list<at::Tensor> tensors) {
+  std::vector<c10::Storage> storages;
+  for (const auto& t : tensors) storages.push_back(t.storage());
+  OMR_CALL(omr::launch(dev, stream, "release", [s = std::move(storages)] {}));
 }
 
 // The strided copy kernel: dst[...] = src[...] with broadcasting and dtype
@@ -26,8 +29,8 @@ void keepAlive(c10::DeviceIndex dev, omr::StreamId stream, std::vector<at::Tenso
 void launchCopyKernel(const at::Tensor& dst, const at::Tensor& src) {
   auto dev = dst.device().index();
   // Views are taken now: a later in-place metadata change (resize_, t_, ...)
-  // must not change what this task does. The tensors keep the memory alive.
-  launchOnCurrentStream(dev, "copy_", [hd = hostView(dst), hs = hostView(src), keep = std::make_pair(dst, src)]() mutable {
+  // must not change what this task does. The views keep the memory alive.
+  launchOnCurrentStream(dev, "copy_", [hd = hostView(dst), hs = hostView(src)]() mutable {
     at::AutoDispatchBelowADInplaceOrView guard;
     hd.copy_(hs);
   });

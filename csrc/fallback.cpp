@@ -676,13 +676,11 @@ class AsyncCall {
     }
     std::vector<c10::IValue> results;
     std::vector<std::pair<size_t, at::Tensor>> outs;  // (return slot, host view of a fresh output)
-    std::vector<at::Tensor> keep;
     auto make = [&](const Plan::Out& o, size_t slot) {
       if (o.input >= 0) return flat[o.input];
       at::Tensor d = at::empty_strided(o.meta.sizes, o.meta.strides,
                                        at::TensorOptions().dtype(o.meta.dtype).device(kMTIA, device_));
       outs.emplace_back(slot, hostView(d));
-      keep.push_back(d);
       return d;
     };
     for (size_t i = 0; i < plan->returns.size(); ++i) {
@@ -695,18 +693,18 @@ class AsyncCall {
         results.emplace_back(make(r[0], i << 32));
       }
     }
-    for (auto& v : args) toHost(v, keep);
+    for (auto& v : args) toHost(v);
     if (plan->out_op) {  // the kernel writes into the device outputs themselves
       for (auto& [slot, out] : outs) args.emplace_back(out);
       launchOnCurrentStream(device_, schema.name().c_str(),
-                            [op = *plan->out_op, host = std::move(args), keep = std::move(keep)]() mutable {
+                            [op = *plan->out_op, host = std::move(args)]() mutable {
                               at::AutoDispatchBelowADInplaceOrView below_autograd;
                               op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &host);
                             });
     } else {
       auto op = op_;
       launchOnCurrentStream(device_, schema.name().c_str(),
-                            [op, host = std::move(args), outs = std::move(outs), keep = std::move(keep)]() mutable {
+                            [op, host = std::move(args), outs = std::move(outs)]() mutable {
                               // as on the host: kernels run below autograd
                               at::AutoDispatchBelowADInplaceOrView below_autograd;
                               op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &host);
@@ -730,27 +728,27 @@ class AsyncCall {
     out.copy_(r);
   }
 
-  at::Tensor hostTensor(const at::Tensor& t, std::vector<at::Tensor>& keep) {
+  // A host view (which keeps the memory alive) of a device argument.
+  at::Tensor hostTensor(const at::Tensor& t) {
     if (!t.defined()) return t;
     if (t.device().type() == c10::kCPU) return t.clone();  // the host may change it before the task runs
-    keep.push_back(t);
     c10::StorageImpl* si = t.storage().unsafeGetStorageImpl();
     auto it = host_storages_.find(si);
     if (it == host_storages_.end()) it = host_storages_.emplace(si, hostStorageOf(t.storage(), nullptr)).first;
     return hostViewOn(it->second, t);
   }
 
-  void toHost(c10::IValue& v, std::vector<at::Tensor>& keep) {
+  void toHost(c10::IValue& v) {
     if (v.isTensor()) {
-      v = hostTensor(v.toTensor(), keep);
+      v = hostTensor(v.toTensor());
     } else if (v.isTensorList()) {
       c10::List<at::Tensor> out;
-      for (const at::Tensor& t : v.toTensorList()) out.push_back(hostTensor(t, keep));
+      for (const at::Tensor& t : v.toTensorList()) out.push_back(hostTensor(t));
       v = out;
     } else if (v.isOptionalTensorList()) {
       c10::List<std::optional<at::Tensor>> out;
       for (const std::optional<at::Tensor>& t : v.toOptionalTensorList())
-        out.push_back(t.has_value() ? std::optional<at::Tensor>(hostTensor(*t, keep)) : std::nullopt);
+        out.push_back(t.has_value() ? std::optional<at::Tensor>(hostTensor(*t)) : std::nullopt);
       v = out;
     } else if (v.isDevice() && v.toDevice().type() == kMTIA) {
       v = c10::Device(c10::kCPU);

@@ -148,7 +148,7 @@ at::Tensor& fill_scalar(at::Tensor& self, const c10::Scalar& value) {
   if (self.numel() == 0) return self;
   at::assert_no_internal_overlap(self);
   // the view is taken now, so later metadata changes of self do not matter
-  launchOnCurrentStream(self.device().index(), "fill_", [h = hostView(self), self, probe]() mutable {
+  launchOnCurrentStream(self.device().index(), "fill_", [h = hostView(self), probe]() mutable {
     at::AutoDispatchBelowADInplaceOrView guard;
     h.copy_(probe);
   });
@@ -164,7 +164,7 @@ at::Tensor& fill_tensor(at::Tensor& self, const at::Tensor& value) {
     if (self.numel() == 0) return self;
     at::assert_no_internal_overlap(self);
     launchOnCurrentStream(self.device().index(), "fill_",
-                          [h = hostView(self), hv = hostView(value), self, value]() mutable {
+                          [h = hostView(self), hv = hostView(value)]() mutable {
                             at::AutoDispatchBelowADInplaceOrView guard;
                             h.copy_(hv);
                           });

@@ -22,6 +22,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr size_t kAlignment = 256;
 constexpr int kStreamsPerDevice = 1 + 2 * kPoolSize;
+constexpr int kSpinMicros = 50;  // how long an idle worker polls before sleeping
 
 std::string fmtBytes(size_t b) {
   char buf[64];
@@ -76,6 +77,7 @@ struct Stream {
   std::deque<Entry> queue;
   uint64_t enqueued = 0, completed = 0;
   std::vector<Task> finished;  // run, not yet destroyed (see drain())
+  std::atomic<int64_t> queued{0};  // tasks in `queue`, readable without the lock
   std::string error_task, error_msg;  // first failure not yet reported
   bool has_error = false;
   std::thread worker;
@@ -87,7 +89,16 @@ struct Stream {
   void run() {
     std::unique_lock<std::mutex> lk(mu);
     for (;;) {
+      if (queue.empty()) {
+        // Launches often come in bursts: poll briefly before sleeping, so the
+        // next task does not pay for waking a sleeping thread.
+        lk.unlock();
+        auto until = Clock::now() + std::chrono::microseconds(kSpinMicros);
+        while (queued.load(std::memory_order_acquire) == 0 && Clock::now() < until) std::this_thread::yield();
+        lk.lock();
+      }
       cv_work.wait(lk, [this] { return !queue.empty(); });
+      queued.fetch_sub(1, std::memory_order_relaxed);
       Entry e = std::move(queue.front());
       queue.pop_front();
       lk.unlock();
@@ -129,6 +140,7 @@ struct Stream {
     {
       std::lock_guard<std::mutex> lk(mu);
       queue.push_back({std::move(name), std::move(fn)});
+      queued.fetch_add(1, std::memory_order_release);
       seq = ++enqueued;
       cv_work.notify_one();
     }

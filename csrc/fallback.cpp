@@ -57,6 +57,25 @@ void forEachTensor(const c10::IValue& v, F&& f) {
   }
 }
 
+// v with every tensor in it (a Tensor, Tensor[] or Tensor?[] argument) replaced
+// by f(tensor), in order; other values unchanged.
+template <typename F>
+c10::IValue mapTensors(const c10::IValue& v, F&& f) {
+  if (v.isTensor()) return f(v.toTensor());
+  if (v.isTensorList()) {
+    c10::List<at::Tensor> out;
+    for (const at::Tensor& t : v.toTensorList()) out.push_back(f(t));
+    return out;
+  }
+  if (v.isOptionalTensorList()) {
+    c10::List<std::optional<at::Tensor>> out;
+    for (const std::optional<at::Tensor>& t : v.toOptionalTensorList())
+      out.push_back(t.has_value() ? std::optional<at::Tensor>(f(*t)) : std::nullopt);
+    return out;
+  }
+  return v;
+}
+
 class HostCall {
  public:
   HostCall(const c10::OperatorHandle& op, torch::jit::Stack* stack) : op_(op), stack_(stack) {}
@@ -139,18 +158,6 @@ class HostCall {
   }
 
   c10::IValue toHost(const c10::IValue& v, const c10::TypePtr& type) {
-    if (v.isTensor()) return hostTensor(v.toTensor());
-    if (v.isTensorList()) {
-      c10::List<at::Tensor> out;
-      for (const at::Tensor& t : v.toTensorList()) out.push_back(hostTensor(t));
-      return out;
-    }
-    if (v.isOptionalTensorList()) {
-      c10::List<std::optional<at::Tensor>> out;
-      for (const std::optional<at::Tensor>& t : v.toOptionalTensorList())
-        out.push_back(t.has_value() ? std::optional<at::Tensor>(hostTensor(*t)) : std::nullopt);
-      return out;
-    }
     if (v.isDevice() && v.toDevice().type() == kMTIA) return c10::Device(c10::kCPU);
     if (v.isGenerator()) {
       const at::Generator& g = v.toGenerator();
@@ -159,7 +166,7 @@ class HostCall {
     if (v.isNone() && type->kind() == c10::TypeKind::OptionalType &&
         type->castRaw<c10::OptionalType>()->getElementType()->kind() == c10::TypeKind::GeneratorType)
       return hostGeneratorOf(defaultGenerator(device_));
-    return v;
+    return mapTensors(v, [this](const at::Tensor& t) { return hostTensor(t); });
   }
 
   // Storage swaps and metadata changes made by the CPU kernel (out= resizes)
@@ -223,13 +230,7 @@ class HostCall {
   }
 
   c10::IValue toDevice(const c10::IValue& v) {
-    if (v.isTensor()) return deviceTensor(v.toTensor());
-    if (v.isTensorList()) {
-      c10::List<at::Tensor> out;
-      for (const at::Tensor& t : v.toTensorList()) out.push_back(deviceTensor(t));
-      return out;
-    }
-    return v;
+    return mapTensors(v, [this](const at::Tensor& t) { return deviceTensor(t); });
   }
 
   struct Pair {
@@ -474,21 +475,6 @@ PlanCache& planCache() {
   return *cache;
 }
 
-template <typename F>
-void forEachArgTensor(std::vector<c10::IValue>& args, F&& f) {
-  for (auto& v : args) {
-    if (v.isTensor()) {
-      f(v.toTensor());
-    } else if (v.isTensorList()) {
-      for (const at::Tensor& t : v.toTensorList()) f(t);
-    } else if (v.isOptionalTensorList()) {
-      for (const std::optional<at::Tensor>& t : v.toOptionalTensorList()) {
-        if (t.has_value()) f(*t);
-      }
-    }
-  }
-}
-
 bool debugFallback() {
   static const bool on = [] {
     const char* v = std::getenv("OPENMTIA_DEBUG_FALLBACK");
@@ -606,30 +592,17 @@ class Planner {
   }
 
   bool toMeta(c10::IValue& v) {
-    if (v.isTensor()) {
-      at::Tensor t = v.toTensor();
-      if (!metaTensor(t)) return false;
-      v = t;
-    } else if (v.isTensorList()) {
-      c10::List<at::Tensor> out;
-      for (at::Tensor t : v.toTensorList()) {
-        if (!metaTensor(t)) return false;
-        out.push_back(t);
-      }
-      v = out;
-    } else if (v.isOptionalTensorList()) {
-      c10::List<std::optional<at::Tensor>> out;
-      for (std::optional<at::Tensor> t : v.toOptionalTensorList()) {
-        if (t.has_value() && !metaTensor(*t)) return false;
-        out.push_back(t);
-      }
-      v = out;
-    } else if (v.isDevice() && v.toDevice().type() == kMTIA) {
+    if (v.isGenerator()) return false;
+    if (v.isDevice() && v.toDevice().type() == kMTIA) {
       v = c10::Device(c10::kMeta);
-    } else if (v.isGenerator()) {
-      return false;
+      return true;
     }
-    return true;
+    bool ok = true;
+    v = mapTensors(v, [&](at::Tensor t) {
+      ok = ok && metaTensor(t);
+      return t;
+    });
+    return ok;
   }
 
   const c10::OperatorHandle& op_;
@@ -667,8 +640,12 @@ class AsyncCall {
     }
     if (!plan->async) return false;
 
-    std::vector<at::Tensor> flat;
-    forEachArgTensor(args, [&](const at::Tensor& t) { flat.push_back(t); });
+    std::vector<at::Tensor> flat;  // the tensor arguments in the Planner's order
+    for (const auto& v : args)
+      mapTensors(v, [&](const at::Tensor& t) {
+        flat.push_back(t);
+        return t;
+      });
     for (const auto& [k, m] : plan->resized) {  // out= tensors the op resizes
       const at::Tensor& d = flat[k];
       d.unsafeGetTensorImpl()->set_sizes_and_strides(m.sizes, m.strides, m.offset);
@@ -739,20 +716,8 @@ class AsyncCall {
   }
 
   void toHost(c10::IValue& v) {
-    if (v.isTensor()) {
-      v = hostTensor(v.toTensor());
-    } else if (v.isTensorList()) {
-      c10::List<at::Tensor> out;
-      for (const at::Tensor& t : v.toTensorList()) out.push_back(hostTensor(t));
-      v = out;
-    } else if (v.isOptionalTensorList()) {
-      c10::List<std::optional<at::Tensor>> out;
-      for (const std::optional<at::Tensor>& t : v.toOptionalTensorList())
-        out.push_back(t.has_value() ? std::optional<at::Tensor>(hostTensor(*t)) : std::nullopt);
-      v = out;
-    } else if (v.isDevice() && v.toDevice().type() == kMTIA) {
-      v = c10::Device(c10::kCPU);
-    }
+    if (v.isDevice() && v.toDevice().type() == kMTIA) v = c10::Device(c10::kCPU);
+    else v = mapTensors(v, [this](const at::Tensor& t) { return hostTensor(t); });
   }
 
   const c10::OperatorHandle& op_;

@@ -189,14 +189,18 @@ def _worker():
                     except Exception:
                         continue  # CPU rejects the sample: not a conformance question
                     try:
-                        torch.manual_seed(0)
-                        if check == "backward":
-                            actual = grads(op, *to_mtia((args, kwargs), op))
-                        elif check == "out":
-                            actual = out_variant(op, args, kwargs, like, "mtia")
-                        else:
-                            margs, mkw = to_mtia((args, kwargs), op)
-                            actual = op(*margs, **mkw)
+                        # twice: a signature's first call runs synchronously
+                        # (it verifies the op's plan); the second, compared, is
+                        # the asynchronous path
+                        for _ in range(2):
+                            torch.manual_seed(0)
+                            if check == "backward":
+                                actual = grads(op, *to_mtia((args, kwargs), op))
+                            elif check == "out":
+                                actual = out_variant(op, args, kwargs, like, "mtia")
+                            else:
+                                margs, mkw = to_mtia((args, kwargs), op)
+                                actual = op(*margs, **mkw)
                     except Exception as e:
                         kind, msg = classify(e)
                         counts[kind] += 1

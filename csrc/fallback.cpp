@@ -25,6 +25,7 @@
 
 #include "structured_ops.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <unordered_map>
@@ -261,17 +262,12 @@ bool isGeneratorType(const c10::TypePtr& t) {
          t->castRaw<c10::OptionalType>()->getElementType()->kind() == c10::TypeKind::GeneratorType;
 }
 
-// Ops whose output shape depends on the data (the host must wait for it), and
-// ops whose Meta kernel does not predict the CPU kernel's output shapes.
+// Ops whose output shape depends on the data: the host must wait for it.
 bool isDataDependent(const c10::OperatorName& name) {
   static const std::unordered_set<std::string> ops = {
       "aten::nonzero", "aten::unique", "aten::_unique", "aten::_unique2", "aten::unique_dim",
       "aten::unique_consecutive", "aten::unique_dim_consecutive", "aten::masked_select", "aten::bincount",
-      "aten::repeat_interleave", "aten::histc", "aten::nonzero_numpy", "aten::argwhere",
-      // the Meta kernel's output shapes or dtypes differ from the CPU kernel's
-      "aten::native_batch_norm", "aten::_native_batch_norm_legit", "aten::_native_batch_norm_legit_no_training",
-      "aten::_batch_norm_with_update", "aten::native_layer_norm", "aten::_embedding_bag",
-      "aten::_embedding_bag_forward_only"};
+      "aten::repeat_interleave", "aten::histc", "aten::nonzero_numpy", "aten::argwhere"};
   return ops.count(name.name) > 0;
 }
 
@@ -319,6 +315,9 @@ at::Tensor viewWithKey(c10::Storage storage, const at::Tensor& t, c10::DispatchK
 // resized. Outputs' metadata depend only on the inputs' metadata and the
 // non-tensor arguments, so plans are cached by those: the Meta kernel (often
 // a Python function in torch._meta_registrations) runs once per signature.
+// A new plan is verified by the signature's first call, which runs
+// synchronously: the plan keeps the CPU kernel's result dtypes and strides, and
+// a signature whose Meta kernel disagrees with the CPU kernel stays synchronous.
 struct Plan {
   bool async = false;
   struct Meta {
@@ -621,8 +620,13 @@ class AsyncCall {
   AsyncCall(const c10::OperatorHandle& op, torch::jit::Stack* stack, c10::DeviceIndex device)
       : op_(op), stack_(stack), device_(device) {}
 
-  // False if the op must run synchronously instead (nothing was changed).
-  bool run() {
+  enum class Result {
+    kDone,    // enqueued
+    kSync,    // must run synchronously (nothing was changed)
+    kVerify,  // a new plan: run synchronously, then verify(), which caches it
+  };
+
+  Result run() {
     const auto& schema = op_.schema();
     const size_t nargs = schema.arguments().size();
     const size_t first = stack_->size() - nargs;
@@ -632,20 +636,22 @@ class AsyncCall {
     kb.add(c10::IValue(static_cast<int64_t>(reinterpret_cast<intptr_t>(&schema))));
     bool cacheable = true;
     for (const auto& v : args) cacheable = cacheable && kb.add(v);
-    std::string key = cacheable ? kb.take() : std::string();
-    std::shared_ptr<const Plan> plan = cacheable ? planCache().get(key) : nullptr;
+    if (!cacheable) return Result::kSync;  // an unverifiable signature
+    key_ = kb.take();
+    std::shared_ptr<const Plan> plan = planCache().get(key_);
     if (!plan) {
-      plan = Planner(op_).plan(args);
-      if (cacheable) planCache().put(std::move(key), plan);
+      new_plan_ = Planner(op_).plan(args);
+      if (!new_plan_->async) {
+        planCache().put(std::move(key_), new_plan_);
+        return Result::kSync;
+      }
+      flat_args_ = flatTensors(args);
+      for (const auto& t : flat_args_) before_.push_back(t.defined() ? metaOf(t) : Plan::Meta{});
+      return Result::kVerify;
     }
-    if (!plan->async) return false;
+    if (!plan->async) return Result::kSync;
 
-    std::vector<at::Tensor> flat;  // the tensor arguments in the Planner's order
-    for (const auto& v : args)
-      mapTensors(v, [&](const at::Tensor& t) {
-        flat.push_back(t);
-        return t;
-      });
+    std::vector<at::Tensor> flat = flatTensors(args);
     for (const auto& [k, m] : plan->resized) {  // out= tensors the op resizes
       const at::Tensor& d = flat[k];
       d.unsafeGetTensorImpl()->set_sizes_and_strides(m.sizes, m.strides, m.offset);
@@ -690,10 +696,63 @@ class AsyncCall {
     }
     stack_->erase(stack_->begin() + first, stack_->end());
     for (auto& r : results) stack_->push_back(std::move(r));
-    return true;
+    return Result::kDone;
+  }
+
+  // After the first call of a signature ran synchronously: checks the Meta
+  // kernel's plan against what the CPU kernel did (same result shapes and
+  // aliasing), adopts the CPU kernel's result dtypes and strides, and caches
+  // the plan, async if it held, synchronous for good otherwise.
+  void verify() {
+    auto plan = std::make_shared<Plan>(*new_plan_);
+    size_t nrets = plan->returns.size();
+    bool ok = stack_->size() >= nrets;
+    for (size_t i = 0; ok && i < nrets; ++i) {
+      const c10::IValue& v = (*stack_)[stack_->size() - nrets + i];
+      std::vector<at::Tensor> got;
+      if (plan->is_list[i] && v.isTensorList()) got = v.toTensorList().vec();
+      else if (!plan->is_list[i] && v.isTensor()) got.push_back(v.toTensor());
+      ok = got.size() == plan->returns[i].size();
+      for (size_t j = 0; ok && j < got.size(); ++j) {
+        Plan::Out& o = plan->returns[i][j];
+        const at::Tensor& r = got[j];
+        if (o.input >= 0) {
+          ok = r.is_same(flat_args_[o.input]);
+        } else {
+          ok = r.defined() && r.device().type() == kMTIA && r.sizes().equals(o.meta.sizes) &&
+               r.is_non_overlapping_and_dense();
+          if (ok) o.meta = metaOf(r);  // the CPU kernel's dtype and strides
+        }
+      }
+    }
+    // out= arguments: resized exactly as the Meta kernel said
+    for (size_t k = 0; ok && k < flat_args_.size(); ++k) {
+      const at::Tensor& t = flat_args_[k];
+      if (!t.defined()) continue;
+      auto it = std::find_if(plan->resized.begin(), plan->resized.end(), [&](const auto& p) { return p.first == (int)k; });
+      const Plan::Meta& expect = it != plan->resized.end() ? it->second : before_[k];
+      ok = sameMeta(t, expect);
+    }
+    if (!ok) {
+      plan = std::make_shared<Plan>();  // synchronous from now on
+      if (debugFallback())
+        std::fprintf(stderr, "openmtia: %s runs synchronously: its meta kernel does not match the CPU kernel\n",
+                     op_.schema().name().c_str());
+    }
+    planCache().put(std::move(key_), std::move(plan));
   }
 
  private:
+  static std::vector<at::Tensor> flatTensors(const std::vector<c10::IValue>& args) {
+    std::vector<at::Tensor> flat;  // the tensor arguments in the Planner's order
+    for (const auto& v : args)
+      mapTensors(v, [&](const at::Tensor& t) {
+        flat.push_back(t);
+        return t;
+      });
+    return flat;
+  }
+
   // A fresh output lives at (return slot << 32 | list index).
   static void copyResult(const std::vector<c10::IValue>& host, size_t slot, at::Tensor& out) {
     size_t ret = slot >> 32, idx = slot & 0xffffffff;
@@ -724,6 +783,11 @@ class AsyncCall {
   torch::jit::Stack* stack_;
   c10::DeviceIndex device_;
   std::unordered_map<c10::StorageImpl*, c10::Storage> host_storages_;
+  // a new plan under verification
+  std::string key_;
+  std::shared_ptr<const Plan> new_plan_;
+  std::vector<at::Tensor> flat_args_;
+  std::vector<Plan::Meta> before_;
 };
 
 void mtiaFallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
@@ -736,8 +800,11 @@ void mtiaFallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
   c10::DeviceIndex device = call.device();
   if (mode == Mode::kView) return call.run(/*wait=*/false);  // views read no data
   c10::DeviceGuard guard(c10::Device(kMTIA, device));
-  if (AsyncCall(op, stack, device).run()) return;
+  AsyncCall async(op, stack, device);
+  auto result = async.run();
+  if (result == AsyncCall::Result::kDone) return;
   call.run(/*wait=*/true);
+  if (result == AsyncCall::Result::kVerify) async.verify();
 }
 
 }  // namespace

@@ -14,8 +14,29 @@ def hold(device=0):
     return openmtia._C._launch_blocking_task(device)
 
 
+def warm(fn):
+    """Runs fn once and waits: a signature's first call runs synchronously (it
+    verifies the op's plan); later calls are asynchronous."""
+    fn()
+    torch.mtia.synchronize()
+
+
+def test_first_call_of_a_signature_verifies_then_calls_are_async():
+    a = torch.randn(64, 64, device="mtia")
+    gate = hold()
+    import threading
+    threading.Timer(0.2, gate.release).start()
+    a @ a  # first call of this signature: waits for the stream, runs, verifies
+    assert torch.mtia.current_stream().query()
+    gate = hold()
+    a @ a  # now asynchronous
+    assert not torch.mtia.current_stream().query()
+    gate.release()
+
+
 def test_ops_return_before_they_run():
     a = torch.randn(512, 512, device="mtia")
+    warm(lambda: (a @ a * 2).sum(1))
     gate = hold()
     c = a @ a  # returns although the stream is held
     d = (c * 2).sum(1)
@@ -29,6 +50,7 @@ def test_ops_return_before_they_run():
 
 def test_in_order_execution_of_many_ops():
     x = torch.zeros(1000, device="mtia")
+    warm(lambda: (x.add_(0), x * 3))
     gate = hold()
     for _ in range(100):
         x.add_(1)
@@ -39,6 +61,7 @@ def test_in_order_execution_of_many_ops():
 
 def test_streams_are_independent():
     s1, s2 = torch.Stream(device="mtia"), torch.Stream(device="mtia")
+    warm(lambda: torch.arange(10.0, device="mtia") * 2)
     with torch.mtia.stream(s1):
         gate = hold()
     with torch.mtia.stream(s2):
@@ -52,6 +75,7 @@ def test_streams_are_independent():
 
 def test_wait_stream_orders_consumers_after_producers():
     producer = torch.Stream(device="mtia")
+    warm(lambda: torch.full((100,), 5.0, device="mtia") + 1)
     with torch.mtia.stream(producer):
         gate = hold()
         x = torch.full((100,), 5.0, device="mtia")
@@ -64,6 +88,7 @@ def test_wait_stream_orders_consumers_after_producers():
 def test_event_orders_work_across_streams():
     s1, s2 = torch.Stream(device="mtia"), torch.Stream(device="mtia")
     done = torch.Event(device="mtia")
+    warm(lambda: torch.ones(50, device="mtia").mul_(7).sum())
     with torch.mtia.stream(s1):
         gate = hold()
         x = torch.ones(50, device="mtia").mul_(7)
@@ -80,6 +105,7 @@ def test_event_orders_work_across_streams():
 def test_record_stream_keeps_memory_until_the_stream_used_it():
     side = torch.Stream(device="mtia")
     x = torch.full((1 << 16,), 3.0, device="mtia")
+    warm(lambda: x.sum())
     with torch.mtia.stream(side):
         gate = hold()
         x.record_stream(side)
@@ -95,6 +121,8 @@ def test_record_stream_keeps_memory_until_the_stream_used_it():
 def test_async_error_names_the_op_and_device_recovers():
     src = torch.randn(4, 3, device="mtia")
     bad = torch.tensor([[0, 1, 2], [7, 0, 0]], device="mtia")  # 7 is out of range
+    warm(lambda: torch.gather(src, 0, torch.zeros_like(bad)))
+    warm(lambda: torch.nn.functional.embedding(torch.tensor([1, 2], device="mtia"), torch.randn(5, 2, device="mtia")))
     out = torch.gather(src, 0, bad)  # returns: the check happens on the device
     with pytest.raises(RuntimeError, match="aten::gather"):
         torch.mtia.synchronize()
@@ -110,6 +138,7 @@ def test_launch_blocking_raises_at_the_failing_op():
     code = (
         "import torch\n"
         "src = torch.randn(4, 3, device='mtia')\n"
+        "torch.gather(src, 0, torch.zeros(1, 3, dtype=torch.long, device='mtia'))\n"
         "try:\n"
         "    torch.gather(src, 0, torch.tensor([[9, 0, 0]], device='mtia'))\n"
         "    print('no error at the op')\n"
@@ -136,6 +165,7 @@ def test_tasks_snapshot_metadata_at_launch():
     """In-place metadata changes after an op was launched do not change the op."""
     x = torch.zeros(4, 4, device="mtia")
     src = torch.arange(16.0, device="mtia").view(4, 4)
+    warm(lambda: torch.ones(2, 3, device="mtia").mul_(5))
     gate = hold()
     x.copy_(src.t())     # a strided copy task
     x.resize_(16)        # ... then the host changes x's shape before it runs

@@ -346,7 +346,8 @@ std::optional<c10::OperatorHandle> outOverload(const c10::OperatorHandle& op) {
   const auto& schema = op.schema();
   static const std::unordered_map<std::string, std::string> delegates = [] {
     std::unordered_map<std::string, std::string> m;
-    for (const auto& e : kStructuredDelegates) m.emplace(std::string(e[0]) + "." + e[1], e[2]);
+    for (const auto& e : kStructuredOps)
+      if (e.direct) m.emplace(std::string(e.name) + "." + e.overload, e.out_overload);
     return m;
   }();
   auto it = delegates.find(schema.name() + "." + schema.overload_name());
@@ -821,11 +822,17 @@ TORCH_LIBRARY_IMPL(_, MTIA, m) { m.fallback(torch::CppFunction::makeFromBoxedFun
 const char* const kCpuKernelOverComposite[] = {
     "convolution", "_convolution", "convolution_backward", "_stack", "_stack.out", "addr", "addr.out",
     "all.dims", "all.dims_out", "any.dims", "any.dims_out", "linalg__powsum", "native_group_norm",
-    "native_layer_norm", "mode.values"};
+    "native_layer_norm", "mode.values", "narrow_copy", "pixel_shuffle", "pixel_unshuffle"};
 
 TORCH_LIBRARY_IMPL(aten, MTIA, m) {
   for (const char* name : kCpuKernelOverComposite)
     m.impl(name, torch::CppFunction::makeFromBoxedFunction<&mtiaFallback>());
+  // Structured ops: the CPU kernel, not CompositeExplicitAutogradNonFunctional.
+  for (const auto& op : kStructuredOps) {
+    std::string name = std::string(op.name).substr(6);  // without "aten::"
+    if (*op.overload) name += std::string(".") + op.overload;
+    m.impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<&mtiaFallback>());
+  }
 }
 
 }  // namespace openmtia

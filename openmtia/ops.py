@@ -4,8 +4,9 @@
     python -m openmtia.ops --summary  # counts only
 
 An op listed here runs openmtia's own kernel (copies, allocation, views,
-fill, ...) or, where marked "cpu-kernel", the CPU kernel chosen over a
-composite decomposition. Every other aten op goes through the boxed fallback,
+fill, ...), or, marked "cpu-kernel", the CPU kernel chosen over a composite
+decomposition, or, marked "structured", the CPU structured kernel (run into
+the device outputs directly where that is exactly the op). Every other aten op goes through the boxed fallback,
 which runs the CPU kernel on host views of device memory, asynchronously on
 the current stream where its Meta kernel allows (set OPENMTIA_DEBUG_FALLBACK=1
 to see each call's path).
@@ -20,7 +21,26 @@ CPU_KERNEL_OVER_COMPOSITE = {
     "aten::convolution", "aten::_convolution", "aten::convolution_backward", "aten::_stack", "aten::_stack.out",
     "aten::addr", "aten::addr.out", "aten::all.dims", "aten::all.dims_out", "aten::any.dims", "aten::any.dims_out",
     "aten::linalg__powsum", "aten::native_group_norm", "aten::native_layer_norm", "aten::mode.values",
+    "aten::narrow_copy", "aten::pixel_shuffle", "aten::pixel_unshuffle",
 }
+
+
+def structured_ops():
+    """The structured aten ops openmtia registers (see tools/gen_structured_ops.py)."""
+    import re
+    from pathlib import Path
+
+    import torchgen
+
+    yaml = Path(torchgen.__file__).parent / "packaged" / "ATen" / "native" / "native_functions.yaml"
+    ops, current = set(), None
+    for line in yaml.read_text().splitlines():
+        m = re.match(r"- func: ([\w.]+)\(", line)
+        if m:
+            current = m.group(1)
+        elif current and re.match(r"\s+structured_delegate: ", line):
+            ops.add(f"aten::{current}")
+    return ops
 
 
 def native_ops():
@@ -36,12 +56,19 @@ def main():
     p.add_argument("--summary", action="store_true")
     args = p.parse_args()
     ops = native_ops()
+    structured = structured_ops()
+
+    def kind(name):
+        if name in CPU_KERNEL_OVER_COMPOSITE:
+            return "  (cpu-kernel)"
+        return "  (structured)" if name in structured else ""
     if not args.summary:
         for name in ops:
-            print(f"{name}{'  (cpu-kernel)' if name in CPU_KERNEL_OVER_COMPOSITE else ''}")
-    own = [n for n in ops if n not in CPU_KERNEL_OVER_COMPOSITE]
-    print(f"# {len(own)} openmtia kernels, {len(ops) - len(own)} CPU kernels chosen over composites; "
-          f"every other aten op: the fallback")
+            print(f"{name}{kind(name)}")
+    n_cpu = sum(n in CPU_KERNEL_OVER_COMPOSITE for n in ops)
+    n_struct = sum(n in structured and n not in CPU_KERNEL_OVER_COMPOSITE for n in ops)
+    print(f"# {len(ops) - n_cpu - n_struct} openmtia kernels, {n_struct} structured CPU kernels, "
+          f"{n_cpu} CPU kernels chosen over composites; every other aten op: the fallback")
 
 
 if __name__ == "__main__":

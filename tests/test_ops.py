@@ -168,15 +168,17 @@ def test_ops_follow_the_current_device():
 
 
 def test_no_op_uses_a_composite_kernel_where_cpu_has_its_own():
-    """An op with both a CPU kernel and a CompositeExplicitAutograd kernel must
-    have an mtia kernel (else mtia would run a different implementation than CPU)."""
+    """An op with both a CPU kernel and a CompositeExplicitAutograd(NonFunctional)
+    kernel must have an mtia kernel (else mtia would run a different
+    implementation than CPU)."""
     missing = []
     for name in torch._C._dispatch_get_all_op_names():
         if not name.startswith("aten::"):
             continue
         lines = torch._C._dispatch_dump(name).split("\n")
         has = lambda key: any(line.startswith(key) for line in lines)
-        if has("CPU:") and has("CompositeExplicitAutograd[alias]") and not has("MTIA:"):
+        composite = has("CompositeExplicitAutograd[alias]") or has("CompositeExplicitAutogradNonFunctional[alias]")
+        if has("CPU:") and composite and not has("MTIA:"):
             missing.append(name)
     assert missing == []
 
@@ -197,3 +199,15 @@ def test_efficient_zero_tensor_gradients():
     x = torch.randn(5, device="mtia", requires_grad=True)
     g, = torch.autograd.grad(torch.sgn(x).sum(), [x])  # sgn's backward returns efficient zeros
     assert g.device.type == "mtia" and torch.equal(g.cpu(), torch.zeros(5))
+
+
+def test_losses_run_without_resize_warnings(recwarn):
+    import warnings
+
+    warnings.simplefilter("always")
+    a, b = torch.randn(64, 32, device="mtia"), torch.randn(64, 32, device="mtia")
+    for _ in range(2):  # first call verifies the plan, the second runs asynchronously
+        for fn in (F.mse_loss, F.smooth_l1_loss, F.l1_loss, F.huber_loss):
+            assert torch.allclose(fn(a, b).cpu(), fn(a.cpu(), b.cpu()))
+    torch.mtia.synchronize()
+    assert not [w for w in recwarn if "resized" in str(w.message)]

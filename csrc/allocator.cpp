@@ -160,8 +160,11 @@ c10::Storage hostStorageOf(const c10::Storage& storage, c10::Allocator* resize_a
 }
 
 at::Tensor hostViewOn(c10::Storage host_storage, const at::Tensor& t) {
-  auto impl = c10::make_intrusive<c10::TensorImpl>(std::move(host_storage), c10::DispatchKeySet(c10::DispatchKey::CPU),
-                                                   t.dtype());
+  return viewOn(std::move(host_storage), t, c10::DispatchKey::CPU);
+}
+
+at::Tensor viewOn(c10::Storage storage, const at::Tensor& t, c10::DispatchKey key) {
+  auto impl = c10::make_intrusive<c10::TensorImpl>(std::move(storage), c10::DispatchKeySet(key), t.dtype());
   impl->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
   at::Tensor v(std::move(impl));
   v._set_conj(t.is_conj());

@@ -62,6 +62,8 @@ at::Tensor hostView(const at::Tensor& t);
 // `resize_allocator` when given.
 c10::Storage hostStorageOf(const c10::Storage& storage, c10::Allocator* resize_allocator);
 at::Tensor hostViewOn(c10::Storage host_storage, const at::Tensor& t);
+// A tensor of dispatch key `key` with t's metadata over `storage`.
+at::Tensor viewOn(c10::Storage storage, const at::Tensor& t, c10::DispatchKey key);
 bool isDense(const at::Tensor& t);
 // Grows t's storage (contents kept, ordered on the stream) so t fits in it.
 void ensureStorageFits(const at::Tensor& t);  // non-overlapping and dense, no conj/neg bit
@@ -71,6 +73,10 @@ const at::Generator& defaultGenerator(c10::DeviceIndex index);
 at::Generator newGenerator(c10::DeviceIndex index);
 // The host generator that produces an mtia generator's numbers.
 at::Generator hostGeneratorOf(const at::Generator& mtia_gen);
+
+// ---- what the fallback registers (for `python -m openmtia.ops`)
+std::vector<std::string> cpuKernelOverCompositeOps();
+std::vector<std::string> structuredOps();
 
 // ---- memory statistics (simple allocator)
 struct MemoryStats {

@@ -175,13 +175,10 @@ class HostCall {
   void writeBack() {
     for (auto& [si, host] : storages_) {
       c10::StorageImpl* h = host.unsafeGetStorageImpl();
-      if (h->data() == si->data() && h->nbytes() == si->nbytes()) continue;
+      if (h->data() == si->data()) continue;  // not reallocated (CPU resizes always reallocate)
+      // the kernel grew the storage with device memory (a CPU-labelled device
+      // allocation): it becomes the device storage's memory
       c10::DataPtr dp = h->set_data_ptr(c10::DataPtr(nullptr, c10::Device(c10::kCPU)));
-      if (dp.get() == si->data()) {  // same memory, only the size changed (shrink)
-        si->set_nbytes(h->nbytes());
-        h->set_data_ptr_noswap(std::move(dp));
-        continue;
-      }
       dp.unsafe_set_device(c10::Device(kMTIA, device_));
       si->set_data_ptr_noswap(std::move(dp));
       si->set_nbytes(h->nbytes());
@@ -299,15 +296,6 @@ Mode modeOf(const c10::OperatorHandle& op) {
 c10::Storage metaStorage(const c10::Storage& s) {
   return c10::Storage(c10::Storage::use_byte_size_t(), s.nbytes(), c10::DataPtr(nullptr, c10::Device(c10::kMeta)),
                       c10::GetAllocator(c10::kMeta), /*resizable=*/true);
-}
-
-at::Tensor viewWithKey(c10::Storage storage, const at::Tensor& t, c10::DispatchKey key) {
-  auto impl = c10::make_intrusive<c10::TensorImpl>(std::move(storage), c10::DispatchKeySet(key), t.dtype());
-  impl->set_sizes_and_strides(t.sizes(), t.strides(), t.storage_offset());
-  at::Tensor v(std::move(impl));
-  v._set_conj(t.is_conj());
-  v._set_neg(t.is_neg());
-  return v;
 }
 
 // What the Meta kernel said about one call signature: which outputs are
@@ -579,7 +567,7 @@ class Planner {
       auto sit = meta_storages_.find(si);
       if (sit == meta_storages_.end()) sit = meta_storages_.emplace(si, metaStorage(t.storage())).first;
       original_.push_back(metaOf(t));
-      at::Tensor m = viewWithKey(sit->second, t, c10::DispatchKey::Meta);
+      at::Tensor m = viewOn(sit->second, t, c10::DispatchKey::Meta);
       by_impl_.emplace(impl, m);
       meta_index_.emplace(m.unsafeGetTensorImpl(), index);
       t = m;
@@ -823,6 +811,19 @@ const char* const kCpuKernelOverComposite[] = {
     "convolution", "_convolution", "convolution_backward", "_stack", "_stack.out", "addr", "addr.out",
     "all.dims", "all.dims_out", "any.dims", "any.dims_out", "linalg__powsum", "native_group_norm",
     "native_layer_norm", "mode.values", "narrow_copy", "pixel_shuffle", "pixel_unshuffle"};
+
+std::vector<std::string> cpuKernelOverCompositeOps() {
+  std::vector<std::string> out;
+  for (const char* name : kCpuKernelOverComposite) out.push_back(std::string("aten::") + name);
+  return out;
+}
+
+std::vector<std::string> structuredOps() {
+  std::vector<std::string> out;
+  for (const auto& op : kStructuredOps)
+    out.push_back(std::string(op.name) + (*op.overload ? std::string(".") + op.overload : std::string()));
+  return out;
+}
 
 TORCH_LIBRARY_IMPL(aten, MTIA, m) {
   for (const char* name : kCpuKernelOverComposite)

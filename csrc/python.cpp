@@ -39,6 +39,8 @@ PYBIND11_MODULE(_C, m) {
       out[i] = py::reinterpret_steal<py::object>(THPGenerator_initDefaultGenerator(openmtia::defaultGenerator(i)));
     return out;
   });
+  m.def("_cpu_kernel_over_composite_ops", &openmtia::cpuKernelOverCompositeOps);
+  m.def("_structured_ops", &openmtia::structuredOps);
   m.def("_device_memory_info", [](int device) {
     size_t free_b = 0, total = 0;
     OMR_CALL(omr::memGetInfo(device, &free_b, &total));

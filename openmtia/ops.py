@@ -15,33 +15,6 @@ import argparse
 
 import torch
 
-# openmtia routes these through the CPU kernel instead of the composite kernel
-# (see csrc/fallback.cpp, kCpuKernelOverComposite)
-CPU_KERNEL_OVER_COMPOSITE = {
-    "aten::convolution", "aten::_convolution", "aten::convolution_backward", "aten::_stack", "aten::_stack.out",
-    "aten::addr", "aten::addr.out", "aten::all.dims", "aten::all.dims_out", "aten::any.dims", "aten::any.dims_out",
-    "aten::linalg__powsum", "aten::native_group_norm", "aten::native_layer_norm", "aten::mode.values",
-    "aten::narrow_copy", "aten::pixel_shuffle", "aten::pixel_unshuffle",
-}
-
-
-def structured_ops():
-    """The structured aten ops openmtia registers (see tools/gen_structured_ops.py)."""
-    import re
-    from pathlib import Path
-
-    import torchgen
-
-    yaml = Path(torchgen.__file__).parent / "packaged" / "ATen" / "native" / "native_functions.yaml"
-    ops, current = set(), None
-    for line in yaml.read_text().splitlines():
-        m = re.match(r"- func: ([\w.]+)\(", line)
-        if m:
-            current = m.group(1)
-        elif current and re.match(r"\s+structured_delegate: ", line):
-            ops.add(f"aten::{current}")
-    return ops
-
 
 def native_ops():
     """Sorted names of the aten ops registered for the MTIA key."""
@@ -55,18 +28,21 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--summary", action="store_true")
     args = p.parse_args()
+    import openmtia
+
     ops = native_ops()
-    structured = structured_ops()
+    structured = set(openmtia._C._structured_ops())
+    cpu_kernel = set(openmtia._C._cpu_kernel_over_composite_ops())
 
     def kind(name):
-        if name in CPU_KERNEL_OVER_COMPOSITE:
+        if name in cpu_kernel:
             return "  (cpu-kernel)"
         return "  (structured)" if name in structured else ""
     if not args.summary:
         for name in ops:
             print(f"{name}{kind(name)}")
-    n_cpu = sum(n in CPU_KERNEL_OVER_COMPOSITE for n in ops)
-    n_struct = sum(n in structured and n not in CPU_KERNEL_OVER_COMPOSITE for n in ops)
+    n_cpu = sum(n in cpu_kernel for n in ops)
+    n_struct = sum(n in structured and n not in cpu_kernel for n in ops)
     print(f"# {len(ops) - n_cpu - n_struct} openmtia kernels, {n_struct} structured CPU kernels, "
           f"{n_cpu} CPU kernels chosen over composites; every other aten op: the fallback")
 

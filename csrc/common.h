@@ -45,6 +45,10 @@ inline omr::StreamId streamId(const c10::Stream& s) { return static_cast<omr::St
 void launchOnCurrentStream(c10::DeviceIndex device, const char* name, omr::Task fn);
 // Waits for the current stream of `device` (raises pending task errors).
 void syncCurrentStream(c10::DeviceIndex device);
+// The strided copy kernel, a task named `name` on dst's device's current
+// stream: dst[...] = src[...] with broadcasting and dtype conversion. src may
+// be a CPU tensor (a 0-dim value). Both are read through host views taken now.
+void launchCopyKernel(const at::Tensor& dst, const at::Tensor& src, const char* name = "copy_");
 
 // ---- allocators
 c10::DeviceAllocator* deviceAllocator();

@@ -16,25 +16,28 @@ namespace {
 
 size_t spanBytes(const at::Tensor& t) { return static_cast<size_t>(t.numel()) * t.element_size(); }
 
-// Keeps the tensors' memory alive until the stream reaches this point (holds
-// storages, not tensors: a task never keeps a Python-owned tensor alive).
-void keepAlive(c10::DeviceIndex dev, omr::StreamId stream, std::initializer_list<at::Tensor> tensors) {
-  std::vector<c10::Storage> storages;
-  for (const auto& t : tensors) storages.push_back(t.storage());
-  OMR_CALL(omr::launch(dev, stream, "release", [s = std::move(storages)] {}));
+// Copies src's dense span into dst's on `stream` of `dev` (same layout), and
+// keeps both memories alive until the copy ran (holding storages, not tensors:
+// a task never keeps a Python-owned tensor alive).
+void enqueueMemcpy(const at::Tensor& dst, const at::Tensor& src, omr::CopyKind kind, c10::DeviceIndex dev,
+                   omr::StreamId stream) {
+  OMR_CALL(omr::memcpyAsync(dst.data_ptr(), src.data_ptr(), spanBytes(src), kind, dev, stream));
+  OMR_CALL(omr::launch(dev, stream, "release", [keep = std::make_pair(dst.storage(), src.storage())] {}));
 }
 
-// The strided copy kernel: dst[...] = src[...] with broadcasting and dtype
-// conversion, both on device `dev`, enqueued on its current stream.
-void launchCopyKernel(const at::Tensor& dst, const at::Tensor& src) {
+}  // namespace
+
+void launchCopyKernel(const at::Tensor& dst, const at::Tensor& src, const char* name) {
   auto dev = dst.device().index();
   // Views are taken now: a later in-place metadata change (resize_, t_, ...)
   // must not change what this task does. The views keep the memory alive.
-  launchOnCurrentStream(dev, "copy_", [hd = hostView(dst), hs = hostView(src)]() mutable {
+  launchOnCurrentStream(dev, name, [hd = hostView(dst), hs = hostView(src)]() mutable {
     at::AutoDispatchBelowADInplaceOrView guard;
     hd.copy_(hs);
   });
 }
+
+namespace {
 
 at::Tensor emptyDeviceLike(const at::Tensor& like, at::ScalarType dtype, c10::DeviceIndex dev, bool keep_strides) {
   auto opts = at::TensorOptions().dtype(dtype).device(kMTIA, dev);
@@ -67,9 +70,7 @@ void copyHostToDevice(const at::Tensor& dst, const at::Tensor& src, bool non_blo
   bool async = non_blocking && pinned && hs.is_same(src);
   auto stream = streamId(currentStream(dev));
   at::Tensor target = sameLayout(dst, hs) ? dst : emptyDeviceLike(hs, hs.scalar_type(), dev, true);
-  OMR_CALL(omr::memcpyAsync(target.data_ptr(), hs.data_ptr(), spanBytes(hs), omr::CopyKind::kHostToDevice, dev,
-                            stream));
-  keepAlive(dev, stream, {hs, target});
+  enqueueMemcpy(target, hs, omr::CopyKind::kHostToDevice, dev, stream);
   if (!async) syncCurrentStream(dev);  // pageable memory: return once the source was consumed
   if (!target.is_same(dst)) launchCopyKernel(dst, target);
 }
@@ -82,9 +83,7 @@ void copyDeviceToHost(const at::Tensor& dst, const at::Tensor& src, bool non_blo
   bool async = non_blocking && direct && omr::isPinned(dst.data_ptr());
   auto stream = streamId(currentStream(dev));
   at::Tensor target = direct ? dst : at::empty_strided(ds.sizes(), ds.strides(), ds.options().device(c10::kCPU));
-  OMR_CALL(omr::memcpyAsync(target.data_ptr(), ds.data_ptr(), spanBytes(ds), omr::CopyKind::kDeviceToHost, dev,
-                            stream));
-  keepAlive(dev, stream, {ds, target});
+  enqueueMemcpy(target, ds, omr::CopyKind::kDeviceToHost, dev, stream);
   if (async) return;
   syncCurrentStream(dev);
   if (!direct) dst.copy_(target);
@@ -106,9 +105,7 @@ void copyBetweenDevices(const at::Tensor& dst, const at::Tensor& src) {
       ds = denseOnDevice(src, dst.scalar_type(), dst);
     }
     at::Tensor target = sameLayout(dst, ds) ? dst : emptyDeviceLike(ds, ds.scalar_type(), ddev, true);
-    OMR_CALL(omr::memcpyAsync(target.data_ptr(), ds.data_ptr(), spanBytes(ds), omr::CopyKind::kDeviceToDevice,
-                              sdev, sstream));
-    keepAlive(sdev, sstream, {ds, target});
+    enqueueMemcpy(target, ds, omr::CopyKind::kDeviceToDevice, sdev, sstream);
     OMR_CALL(omr::eventRecord(src_done, sdev, sstream));
     OMR_CALL(omr::streamWaitEvent(ddev, dstream, src_done));
     if (!target.is_same(dst)) {
@@ -150,10 +147,7 @@ at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
     c10::DeviceGuard guard(self.device());
     if (sameLayout(self, src)) {
       auto dev = self.device().index();
-      auto stream = streamId(currentStream(dev));
-      OMR_CALL(omr::memcpyAsync(self.data_ptr(), src.data_ptr(), spanBytes(src), omr::CopyKind::kDeviceToDevice,
-                                dev, stream));
-      keepAlive(dev, stream, {self, src});
+      enqueueMemcpy(self, src, omr::CopyKind::kDeviceToDevice, dev, streamId(currentStream(dev)));
     } else {
       launchCopyKernel(self, src);
     }

@@ -26,11 +26,15 @@ c10::DeviceIndex targetDevice(std::optional<c10::Device> device) {
   return deviceIndexOf(*device);
 }
 
+void checkFactoryArgs(std::optional<at::Layout> layout, std::optional<bool> pin_memory) {
+  TORCH_CHECK(!pin_memory.value_or(false), "Only dense CPU tensors can be pinned");
+  TORCH_CHECK(layout.value_or(at::kStrided) == at::kStrided, "openmtia supports strided tensors only");
+}
+
 at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<at::ScalarType> dtype,
                                std::optional<at::Layout> layout, std::optional<at::Device> device,
                                std::optional<bool> pin_memory, std::optional<at::MemoryFormat> memory_format) {
-  TORCH_CHECK(!pin_memory.value_or(false), "Only dense CPU tensors can be pinned");
-  TORCH_CHECK(layout.value_or(at::kStrided) == at::kStrided, "openmtia supports strided tensors only");
+  checkFactoryArgs(layout, pin_memory);
   c10::DeviceGuard guard(c10::Device(kMTIA, targetDevice(device)));
   return at::detail::empty_generic(size, deviceAllocator(), kMTIAKeys, c10::dtype_or_default(dtype), memory_format);
 }
@@ -38,8 +42,7 @@ at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<at::ScalarTy
 at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::optional<at::ScalarType> dtype,
                          std::optional<at::Layout> layout, std::optional<at::Device> device,
                          std::optional<bool> pin_memory) {
-  TORCH_CHECK(!pin_memory.value_or(false), "Only dense CPU tensors can be pinned");
-  TORCH_CHECK(layout.value_or(at::kStrided) == at::kStrided, "openmtia supports strided tensors only");
+  checkFactoryArgs(layout, pin_memory);
   c10::DeviceGuard guard(c10::Device(kMTIA, targetDevice(device)));
   return at::detail::empty_strided_generic(size, stride, deviceAllocator(), kMTIAKeys, c10::dtype_or_default(dtype));
 }
@@ -147,11 +150,7 @@ at::Tensor& fill_scalar(at::Tensor& self, const c10::Scalar& value) {
   probe.fill_(value);
   if (self.numel() == 0) return self;
   at::assert_no_internal_overlap(self);
-  // the view is taken now, so later metadata changes of self do not matter
-  launchOnCurrentStream(self.device().index(), "fill_", [h = hostView(self), probe]() mutable {
-    at::AutoDispatchBelowADInplaceOrView guard;
-    h.copy_(probe);
-  });
+  launchCopyKernel(self, probe, "fill_");
   return self;
 }
 
@@ -163,11 +162,7 @@ at::Tensor& fill_tensor(at::Tensor& self, const at::Tensor& value) {
                 value.device(), " and ", self.device());
     if (self.numel() == 0) return self;
     at::assert_no_internal_overlap(self);
-    launchOnCurrentStream(self.device().index(), "fill_",
-                          [h = hostView(self), hv = hostView(value)]() mutable {
-                            at::AutoDispatchBelowADInplaceOrView guard;
-                            h.copy_(hv);
-                          });
+    launchCopyKernel(self, value, "fill_");
     return self;
   }
   return fill_scalar(self, value.item());

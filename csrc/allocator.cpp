@@ -10,8 +10,6 @@
 namespace openmtia {
 namespace {
 
-constexpr int kMaxDevices = 64;
-
 struct DeviceCounters {
   std::atomic<int64_t> allocated{0}, peak{0}, num_allocs{0}, num_frees{0}, num_ooms{0};
   void add(int64_t n) {
@@ -22,7 +20,7 @@ struct DeviceCounters {
     ++num_allocs;
   }
 };
-DeviceCounters counters[kMaxDevices];
+DeviceCounters counters[omr::kMaxDevices];
 
 // Context of one device allocation; freed with it.
 struct Allocation {
@@ -129,10 +127,10 @@ c10::DeviceAllocator* deviceAllocator() { return &g_device_allocator; }
 c10::Allocator* pinnedAllocator() { return &g_pinned_allocator; }
 
 c10::Allocator* hostLabelledDeviceAllocator(c10::DeviceIndex device) {
-  static HostLabelledDeviceAllocator allocators[kMaxDevices];
+  static HostLabelledDeviceAllocator allocators[omr::kMaxDevices];
   static std::once_flag once;
   std::call_once(once, [] {
-    for (int i = 0; i < kMaxDevices; ++i) allocators[i].device = static_cast<c10::DeviceIndex>(i);
+    for (int i = 0; i < omr::kMaxDevices; ++i) allocators[i].device = static_cast<c10::DeviceIndex>(i);
   });
   return &allocators[device];
 }

@@ -7,9 +7,8 @@
 
 namespace openmtia {
 namespace {
-constexpr int kMaxDevices = 64;
 thread_local c10::DeviceIndex tls_device = 0;
-thread_local std::array<int16_t, kMaxDevices> tls_stream{};  // 0 = default stream
+thread_local std::array<int16_t, omr::kMaxDevices> tls_stream{};  // 0 = default stream
 }  // namespace
 
 c10::DeviceIndex deviceCount() noexcept { return static_cast<c10::DeviceIndex>(omr::deviceCount()); }

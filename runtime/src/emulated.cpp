@@ -227,7 +227,7 @@ class Runtime {
     if (const char* s = std::getenv("OPENMTIA_DEVICE_COUNT")) {
       char* end = nullptr;
       long v = std::strtol(s, &end, 10);
-      if (end != s && *end == '\0' && v >= 0 && v <= 64) n = static_cast<int>(v);
+      if (end != s && *end == '\0' && v >= 0 && v <= kMaxDevices) n = static_cast<int>(v);
       else std::fprintf(stderr, "openmtia: ignoring invalid OPENMTIA_DEVICE_COUNT='%s'\n", s);
     }
     size_t cap = size_t(8) << 30;

@@ -54,6 +54,8 @@ struct DeviceProperties {
   bool host_addressable = false;  // device pointers may be dereferenced on the host
 };
 
+constexpr int kMaxDevices = 64;  // OPENMTIA_DEVICE_COUNT may not exceed it
+
 // Number of devices: OPENMTIA_DEVICE_COUNT (default 2). Never throws.
 int deviceCount() noexcept;
 void checkDevice(int device);  // throws Error(kInvalidDevice)

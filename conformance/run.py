@@ -37,6 +37,14 @@ OUTCOMES = ["pass", "fail", "error", "not_implemented", "skipped"]
 GRAD_DTYPES = {"float32", "float64"}
 # Not comparable by construction (the sample's values are not defined).
 UNCOMPARABLE = {"empty", "empty_like", "new_empty", "new_empty_strided", "empty_strided", "empty_permuted"}
+# Random ops: mtia generators are (seed, offset) pairs, like CUDA's Philox, so
+# the values differ from CPU's. These are checked for CPU's shapes and dtypes
+# and for the same values from the same seed (two mtia runs), OpInfo's skips
+# (which are about comparing values with CPU) notwithstanding.
+RANDOM_OPS = {"bernoulli", "cauchy", "exponential", "geometric", "log_normal", "multinomial", "normal", "uniform",
+              "rand_like", "randint", "randint_like", "randn", "randn_like", "nn.functional.alpha_dropout",
+              "nn.functional.dropout", "nn.functional.dropout2d", "nn.functional.dropout3d",
+              "nn.functional.feature_alpha_dropout", "nn.functional.rrelu"}
 # (op, check) pairs whose CPU reference itself is undefined. Upstream bug:
 # fft_ihfftn_impl calls at::conj_physical_out(tmp, out) with its arguments
 # swapped, so the out= variants return uninitialized memory on every device.
@@ -120,6 +128,9 @@ def _worker():
                 raise
             torch.testing.assert_close(actual, expected, equal_nan=True, check_device=False, atol=0, rtol=0)
 
+    def meta(tree):
+        return [(tuple(x.shape), x.dtype) for x in tree_leaves(tree) if isinstance(x, torch.Tensor)]
+
     def out_variant(op, args, kwargs, like, device):
         """Runs op(..., out=...) into fresh tensors on `device` shaped like `like`;
         returns the out tensors."""
@@ -148,6 +159,9 @@ def _worker():
             if dtype not in op.supported_dtypes("cpu"):
                 continue
             skip, tol = opinfo_decorations(op, dtype)
+            random_op = op.name in RANDOM_OPS
+            if random_op:
+                skip = None  # OpInfo skips comparing random values with CPU's; this check compares runs
             for check in CHECKS:
                 if check == "backward" and (not op.supports_autograd or dname not in GRAD_DTYPES):
                     continue
@@ -192,6 +206,7 @@ def _worker():
                         # twice: a signature's first call runs synchronously
                         # (it verifies the op's plan); the second, compared, is
                         # the asynchronous path
+                        runs = []
                         for _ in range(2):
                             torch.manual_seed(0)
                             if check == "backward":
@@ -201,6 +216,7 @@ def _worker():
                             else:
                                 margs, mkw = to_mtia((args, kwargs), op)
                                 actual = op(*margs, **mkw)
+                            runs.append(actual)
                     except Exception as e:
                         kind, msg = classify(e)
                         counts[kind] += 1
@@ -211,7 +227,15 @@ def _worker():
                             pass
                         continue
                     try:
-                        compare(actual, expected, dtype, tol)
+                        if random_op:
+                            # the mtia stream differs from CPU's: same shapes and
+                            # dtypes as CPU, same values from the same seed
+                            if meta(actual) != meta(expected):
+                                raise AssertionError(f"shapes/dtypes {meta(actual)} != cpu {meta(expected)}")
+                            compare(actual, tree_map(lambda x: x.cpu() if isinstance(x, torch.Tensor) else x,
+                                                     runs[0]), dtype, (0, 0))
+                        else:
+                            compare(actual, expected, dtype, tol)
                         counts["pass"] += 1
                     except Exception as e:
                         if isinstance(e, AssertionError):

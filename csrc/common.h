@@ -57,6 +57,26 @@ c10::Allocator* pinnedAllocator();
 // DataPtr as CPU: used to let host kernels resize device-backed storages.
 c10::Allocator* hostLabelledDeviceAllocator(c10::DeviceIndex device);
 
+// While alive, CPU allocations on this thread of exactly a slot's size are
+// served from that slot (the first unused one), once each: a task lets the
+// CPU kernel allocate its results in the device outputs' memory.
+class ResultPlacement {
+ public:
+  struct Slot {
+    void* ptr;
+    size_t nbytes;
+    bool taken = false;
+  };
+  explicit ResultPlacement(std::vector<Slot> slots);
+  ~ResultPlacement();
+  ResultPlacement(const ResultPlacement&) = delete;
+  ResultPlacement& operator=(const ResultPlacement&) = delete;
+
+ private:
+  std::vector<Slot> slots_;
+  std::vector<Slot>* saved_;
+};
+
 // ---- tensors
 // A CPU tensor that views the same (host-addressable) memory as an mtia tensor,
 // and keeps that memory alive. Only for use after the stream that writes it has
@@ -75,12 +95,21 @@ void ensureStorageFits(const at::Tensor& t);  // non-overlapping and dense, no c
 // ---- generators
 const at::Generator& defaultGenerator(c10::DeviceIndex index);
 at::Generator newGenerator(c10::DeviceIndex index);
-// The host generator that produces an mtia generator's numbers.
-at::Generator hostGeneratorOf(const at::Generator& mtia_gen);
+// One random op's share of an mtia generator: drawn on the host when the op
+// is issued (in program order), turned into a private host engine by its task.
+struct RandomDraw {
+  uint64_t seed = 0, offset = 0;
+  at::Generator engine() const;  // a CPU generator for the CPU kernel
+};
+// Draws from an mtia generator (raises for a generator of another device type).
+RandomDraw drawRandom(const at::Generator& mtia_gen);
 
 // ---- what the fallback registers (for `python -m openmtia.ops`)
 std::vector<std::string> cpuKernelOverCompositeOps();
 std::vector<std::string> structuredOps();
+// How many results tasks have copied into their outputs since the start
+// (kernels that did not allocate their results in the outputs' memory).
+int64_t stagedResultCount();
 
 // ---- memory statistics (simple allocator)
 struct MemoryStats {

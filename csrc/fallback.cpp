@@ -5,8 +5,8 @@
 // asynchronously where it can (see AsyncCall below): the outputs' metadata
 // comes from the op's Meta kernel, the outputs are allocated on the device,
 // and the CPU kernel is enqueued as a task on the current stream. Otherwise
-// (scalar results, data-dependent shapes, random ops, ops without a meta
-// kernel) it runs synchronously (HostCall):
+// (scalar results, data-dependent shapes, ops without a meta kernel) it runs
+// synchronously (HostCall):
 //  - it waits for the current stream of the op's device (the host reads and
 //    writes device memory directly, so it must be ordered after queued work);
 //  - each mtia tensor argument becomes a CPU tensor over the same bytes, one
@@ -14,8 +14,9 @@
 //    on the device memory itself; out= tensors resized by the kernel get
 //    device memory (a device allocator labelled CPU) and their new storage
 //    and sizes are written back to the mtia tensor;
-//  - mtia generators are replaced by their host engine (and a missing
-//    generator by the device's default one), mtia devices by cpu;
+//  - an mtia generator (or, when none is given, the device's default one) is
+//    replaced by a host engine for this op's draw (see generator.cpp), mtia
+//    devices by cpu;
 //  - results: the input itself for in-place/out= returns, an mtia view of the
 //    same storage for views, otherwise a new mtia tensor holding the values.
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -26,6 +27,7 @@
 #include "structured_ops.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <unordered_map>
@@ -75,6 +77,18 @@ c10::IValue mapTensors(const c10::IValue& v, F&& f) {
     return out;
   }
   return v;
+}
+
+bool isGeneratorType(const c10::TypePtr& t) {
+  if (t->kind() == c10::TypeKind::GeneratorType) return true;
+  return t->kind() == c10::TypeKind::OptionalType &&
+         t->castRaw<c10::OptionalType>()->getElementType()->kind() == c10::TypeKind::GeneratorType;
+}
+
+// A random op's draw from its generator argument (or the device's default
+// generator): taken when the op is issued, so the values follow program order.
+RandomDraw drawFor(const c10::IValue& generator, c10::DeviceIndex device) {
+  return drawRandom(generator.isGenerator() ? generator.toGenerator() : defaultGenerator(device));
 }
 
 class HostCall {
@@ -160,13 +174,7 @@ class HostCall {
 
   c10::IValue toHost(const c10::IValue& v, const c10::TypePtr& type) {
     if (v.isDevice() && v.toDevice().type() == kMTIA) return c10::Device(c10::kCPU);
-    if (v.isGenerator()) {
-      const at::Generator& g = v.toGenerator();
-      return g.device().type() == kMTIA ? hostGeneratorOf(g) : g;
-    }
-    if (v.isNone() && type->kind() == c10::TypeKind::OptionalType &&
-        type->castRaw<c10::OptionalType>()->getElementType()->kind() == c10::TypeKind::GeneratorType)
-      return hostGeneratorOf(defaultGenerator(device_));
+    if (isGeneratorType(type)) return drawFor(v, device_).engine();
     return mapTensors(v, [this](const at::Tensor& t) { return hostTensor(t); });
   }
 
@@ -253,12 +261,6 @@ bool isTensorType(const c10::TypePtr& t) {
   return false;
 }
 
-bool isGeneratorType(const c10::TypePtr& t) {
-  if (t->kind() == c10::TypeKind::GeneratorType) return true;
-  return t->kind() == c10::TypeKind::OptionalType &&
-         t->castRaw<c10::OptionalType>()->getElementType()->kind() == c10::TypeKind::GeneratorType;
-}
-
 // Ops whose output shape depends on the data: the host must wait for it.
 bool isDataDependent(const c10::OperatorName& name) {
   static const std::unordered_set<std::string> ops = {
@@ -286,8 +288,6 @@ Mode modeOf(const c10::OperatorHandle& op) {
     for (const auto& r : schema.returns())
       if (r.alias_info() && !r.alias_info()->isWrite()) mode = Mode::kView;  // computes nothing
   }
-  for (const auto& a : schema.arguments())
-    if (isGeneratorType(a.type())) mode = Mode::kSync;  // keeps the generator's draws in host order
   if (isDataDependent(schema.operator_name())) mode = Mode::kSync;
   cache.emplace(&schema, mode);
   return mode;
@@ -303,9 +303,11 @@ c10::Storage metaStorage(const c10::Storage& s) {
 // resized. Outputs' metadata depend only on the inputs' metadata and the
 // non-tensor arguments, so plans are cached by those: the Meta kernel (often
 // a Python function in torch._meta_registrations) runs once per signature.
-// A new plan is verified by the signature's first call, which runs
-// synchronously: the plan keeps the CPU kernel's result dtypes and strides, and
-// a signature whose Meta kernel disagrees with the CPU kernel stays synchronous.
+// A new plan of an op that is not structured is verified by the signature's
+// first call, which runs synchronously: the plan keeps the CPU kernel's result
+// dtypes and strides, and a signature whose Meta kernel disagrees with the CPU
+// kernel stays synchronous. (Structured ops' meta functions are shared with
+// their CPU kernels: their plans are used at once.)
 struct Plan {
   bool async = false;
   struct Meta {
@@ -353,6 +355,23 @@ std::optional<c10::OperatorHandle> outOverload(const c10::OperatorHandle& op) {
   return h;
 }
 
+// Whether op is a structured op (functional, in-place or out=): its shapes,
+// dtypes and strides come from the meta function its CPU kernel runs too, so
+// its plans need no verification.
+bool isStructured(const c10::OperatorHandle& op) {
+  static const std::unordered_set<std::string> names = [] {
+    std::unordered_set<std::string> n;
+    for (const auto& e : kStructuredOps) {
+      std::string base(e.name);
+      n.insert(base + "." + e.overload);
+      while (!base.empty() && base.back() == '_') base.pop_back();
+      n.insert(base + "." + e.out_overload);
+    }
+    return n;
+  }();
+  return names.count(op.schema().name() + "." + op.schema().overload_name()) > 0;
+}
+
 Plan::Meta metaOf(const at::Tensor& t) {
   return {t.sizes().vec(), t.strides().vec(), t.storage_offset(), t.scalar_type()};
 }
@@ -382,6 +401,7 @@ class KeyBuilder {
       return true;
     }
     if (v.isNone()) return put('N', 0);
+    if (v.isGenerator()) return put('g', 0);  // plans do not depend on it
     if (v.isBool()) return put('b', v.toBool());
     if (v.isInt()) return put('i', v.toInt());
     if (v.isDouble()) return putBytes('d', v.toDouble());
@@ -461,6 +481,11 @@ class PlanCache {
 PlanCache& planCache() {
   static PlanCache* cache = new PlanCache();
   return *cache;
+}
+
+std::atomic<int64_t>& stagedResults() {
+  static std::atomic<int64_t> n{0};
+  return n;
 }
 
 bool debugFallback() {
@@ -580,7 +605,10 @@ class Planner {
   }
 
   bool toMeta(c10::IValue& v) {
-    if (v.isGenerator()) return false;
+    if (v.isGenerator()) {  // shapes do not depend on it
+      v = c10::IValue();
+      return true;
+    }
     if (v.isDevice() && v.toDevice().type() == kMTIA) {
       v = c10::Device(c10::kMeta);
       return true;
@@ -630,13 +658,15 @@ class AsyncCall {
     std::shared_ptr<const Plan> plan = planCache().get(key_);
     if (!plan) {
       new_plan_ = Planner(op_).plan(args);
-      if (!new_plan_->async) {
-        planCache().put(std::move(key_), new_plan_);
-        return Result::kSync;
+      if (!new_plan_->async || isStructured(op_)) {  // a structured op's meta function is its CPU kernel's
+        planCache().put(key_, new_plan_);
+        if (!new_plan_->async) return Result::kSync;
+        plan = new_plan_;
+      } else {
+        flat_args_ = flatTensors(args);
+        for (const auto& t : flat_args_) before_.push_back(t.defined() ? metaOf(t) : Plan::Meta{});
+        return Result::kVerify;
       }
-      flat_args_ = flatTensors(args);
-      for (const auto& t : flat_args_) before_.push_back(t.defined() ? metaOf(t) : Plan::Meta{});
-      return Result::kVerify;
     }
     if (!plan->async) return Result::kSync;
 
@@ -665,23 +695,40 @@ class AsyncCall {
         results.emplace_back(make(r[0], i << 32));
       }
     }
-    for (auto& v : args) toHost(v);
+    std::vector<std::pair<size_t, RandomDraw>> draws;  // random ops: the engine is built by the task
+    for (size_t i = 0; i < args.size(); ++i) {
+      if (isGeneratorType(schema.arguments()[i].type())) {
+        draws.emplace_back(i, drawFor(args[i], device_));
+        args[i] = c10::IValue();
+      } else {
+        toHost(args[i]);
+      }
+    }
     if (plan->out_op) {  // the kernel writes into the device outputs themselves
       for (auto& [slot, out] : outs) args.emplace_back(out);
       launchOnCurrentStream(device_, schema.name().c_str(),
-                            [op = *plan->out_op, host = std::move(args)]() mutable {
+                            [op = *plan->out_op, host = std::move(args), draws = std::move(draws)]() mutable {
+                              for (const auto& [i, d] : draws) host[i] = d.engine();
                               at::AutoDispatchBelowADInplaceOrView below_autograd;
                               op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &host);
                             });
     } else {
       auto op = op_;
-      launchOnCurrentStream(device_, schema.name().c_str(),
-                            [op, host = std::move(args), outs = std::move(outs)]() mutable {
-                              // as on the host: kernels run below autograd
-                              at::AutoDispatchBelowADInplaceOrView below_autograd;
-                              op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &host);
-                              for (auto& [slot, out] : outs) copyResult(host, slot, out);
-                            });
+      launchOnCurrentStream(
+          device_, schema.name().c_str(),
+          [op, host = std::move(args), outs = std::move(outs), draws = std::move(draws)]() mutable {
+            for (const auto& [i, d] : draws) host[i] = d.engine();
+            std::vector<ResultPlacement::Slot> slots;
+            for (auto& [slot, out] : outs)
+              if (out.numel() > 0) slots.push_back({out.data_ptr(), out.storage().nbytes()});
+            {
+              // as on the host: kernels run below autograd
+              at::AutoDispatchBelowADInplaceOrView below_autograd;
+              ResultPlacement placement(std::move(slots));  // results allocated in the outputs
+              op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &host);
+            }
+            takeResults(op, host, outs);
+          });
     }
     stack_->erase(stack_->begin() + first, stack_->end());
     for (auto& r : results) stack_->push_back(std::move(r));
@@ -742,15 +789,35 @@ class AsyncCall {
     return flat;
   }
 
-  // A fresh output lives at (return slot << 32 | list index).
-  static void copyResult(const std::vector<c10::IValue>& host, size_t slot, at::Tensor& out) {
-    size_t ret = slot >> 32, idx = slot & 0xffffffff;
-    const c10::IValue& v = host[ret];
-    at::Tensor r = v.isTensor() ? v.toTensor() : v.toTensorList().get(idx);
-    // The output was shaped from the Meta kernel; never convert silently.
-    TORCH_CHECK(r.sizes().equals(out.sizes()) && r.dtype() == out.dtype(), "openmtia: the meta kernel predicted ",
-                out.sizes(), " ", out.dtype(), " but the kernel returned ", r.sizes(), " ", r.dtype());
-    out.copy_(r);
+  // The kernel's results (a fresh output lives at return slot << 32 | list
+  // index), checked against the outputs. A result the kernel allocated in its
+  // output's memory (ResultPlacement) is already there; any other is copied
+  // ("staged"), after taking out those that landed in another output's memory.
+  static void takeResults(const c10::OperatorHandle& op, const std::vector<c10::IValue>& host,
+                          std::vector<std::pair<size_t, at::Tensor>>& outs) {
+    std::vector<std::pair<at::Tensor, at::Tensor*>> copies;
+    for (auto& [slot, out] : outs) {
+      size_t ret = slot >> 32, idx = slot & 0xffffffff;
+      const c10::IValue& v = host[ret];
+      at::Tensor r = v.isTensor() ? v.toTensor() : v.toTensorList().get(idx);
+      // The output was shaped from the Meta kernel; never convert silently.
+      TORCH_CHECK(r.sizes().equals(out.sizes()) && r.dtype() == out.dtype(), "openmtia: the meta kernel predicted ",
+                  out.sizes(), " ", out.dtype(), " but the kernel returned ", r.sizes(), " ", r.dtype());
+      if (out.numel() == 0) continue;
+      bool placed = r.data_ptr() == out.data_ptr() && r.strides().equals(out.strides()) && !r.is_conj() && !r.is_neg();
+      if (!placed) copies.emplace_back(r, &out);
+    }
+    if (copies.empty()) return;
+    stagedResults().fetch_add(copies.size());
+    if (debugFallback()) std::fprintf(stderr, "openmtia: %s: result copied into its output\n", op.schema().name().c_str());
+    for (auto& [r, out] : copies) {
+      const char* base = static_cast<const char*>(r.storage().data());
+      for (auto& [slot, o] : outs) {
+        const char* p = static_cast<const char*>(o.data_ptr());
+        if (base >= p && base < p + o.storage().nbytes()) r = r.clone();
+      }
+    }
+    for (auto& [r, out] : copies) out->copy_(r);
   }
 
   // A host view (which keeps the memory alive) of a device argument.
@@ -811,6 +878,8 @@ const char* const kCpuKernelOverComposite[] = {
     "convolution", "_convolution", "convolution_backward", "_stack", "_stack.out", "addr", "addr.out",
     "all.dims", "all.dims_out", "any.dims", "any.dims_out", "linalg__powsum", "native_group_norm",
     "native_layer_norm", "mode.values", "narrow_copy", "pixel_shuffle", "pixel_unshuffle"};
+
+int64_t stagedResultCount() { return stagedResults().load(); }
 
 std::vector<std::string> cpuKernelOverCompositeOps() {
   std::vector<std::string> out;

@@ -21,17 +21,88 @@ def warm(fn):
     torch.mtia.synchronize()
 
 
-def test_first_call_of_a_signature_verifies_then_calls_are_async():
+def test_structured_ops_are_async_from_the_first_call():
+    # a structured op's meta function is its CPU kernel's: no verification
+    a = torch.randn(64, 48, device="mtia")
+    torch.mtia.synchronize()
+    gate = hold()
+    b = a @ a.t()
+    c = torch.softmax(b * 0.5, dim=1)
+    assert not torch.mtia.current_stream().query()
+    gate.release()
+    ac = a.cpu()
+    torch.testing.assert_close(c.cpu(), torch.softmax(ac @ ac.t() * 0.5, dim=1))
+
+
+def test_first_call_of_other_ops_verifies_then_calls_are_async():
     a = torch.randn(64, 64, device="mtia")
+    idx = torch.tensor([3, 1, 2], device="mtia")
+    torch.mtia.synchronize()
     gate = hold()
     import threading
     threading.Timer(0.2, gate.release).start()
-    a @ a  # first call of this signature: waits for the stream, runs, verifies
+    torch.index_select(a, 0, idx)  # not structured: the first call waits, runs, verifies the plan
     assert torch.mtia.current_stream().query()
     gate = hold()
-    a @ a  # now asynchronous
+    r = torch.index_select(a, 0, idx)  # now asynchronous
     assert not torch.mtia.current_stream().query()
     gate.release()
+    assert torch.equal(r.cpu(), a.cpu()[[3, 1, 2]])
+
+
+def test_random_ops_are_async_and_follow_program_order():
+    def draws():
+        return [torch.rand(100, device="mtia"), torch.randn(3, 5, device="mtia"),
+                torch.empty(50, device="mtia").normal_(), torch.randint(0, 9, (20,), device="mtia"),
+                torch.nn.functional.dropout(torch.ones(64, device="mtia"), 0.5),
+                torch.bernoulli(torch.full((30,), 0.3, device="mtia")), torch.randperm(40, device="mtia"),
+                torch.multinomial(torch.ones(10, device="mtia"), 4)]
+    torch.mtia.manual_seed(5)
+    warm(draws)
+    torch.mtia.manual_seed(5)
+    expected = [t.cpu() for t in draws()]
+    torch.mtia.manual_seed(5)
+    gate = hold()
+    got = draws()  # enqueued behind the held stream: no op waits
+    assert not torch.mtia.current_stream().query()
+    gate.release()
+    for g, e in zip(got, expected):
+        assert torch.equal(g.cpu(), e)
+
+
+def test_kernels_allocate_their_results_in_the_device_outputs():
+    # non-structured ops (conv, norms, embedding, foreach, ...) compute straight
+    # into the device outputs: no task copies a result ("host staging")
+    F = torch.nn.functional
+    x = torch.randn(4, 3, 10, 10, device="mtia", requires_grad=True)
+    w = torch.randn(5, 3, 3, 3, device="mtia", requires_grad=True)
+    h = torch.randn(16, 32, device="mtia", requires_grad=True)
+    ln, bn = torch.nn.LayerNorm(32).to("mtia"), torch.nn.BatchNorm2d(3).to("mtia")
+    gn, emb = torch.nn.GroupNorm(1, 3).to("mtia"), torch.nn.Embedding(50, 8).to("mtia")
+    idx = torch.randint(0, 16, (12,), device="mtia")
+    target = torch.randint(0, 32, (16,), device="mtia")
+    ps = [torch.rand(7, device="mtia") for _ in range(3)]
+
+    def step():
+        F.conv2d(x, w, padding=1).sum().backward()
+        ln(h).sum().backward()
+        bn(x).sum().backward()
+        gn(x).sum().backward()
+        emb(idx).sum().backward()
+        q = h.view(2, 2, 4, 32)
+        F.scaled_dot_product_attention(q, q, q).sum().backward()
+        F.cross_entropy(h, target).backward()
+        torch._foreach_sqrt(ps)
+        torch.index_select(h, 0, idx)
+        torch.stack([h, h])
+    warm(step)
+    before = openmtia._C._staged_result_count()
+    step()
+    torch.mtia.synchronize()
+    assert openmtia._C._staged_result_count() == before
+    # and the values are CPU's
+    xc, wc = x.detach().cpu(), w.detach().cpu()
+    torch.testing.assert_close(F.conv2d(x, w, padding=1).cpu(), F.conv2d(xc, wc, padding=1))
 
 
 def test_ops_return_before_they_run():

@@ -11,7 +11,9 @@ float64), out= variants, and non-contiguous inputs. Each sample is run on CPU
 and on mtia from the same seed (torch.manual_seed seeds both generators) and
 compared with OpInfo's tolerances. Outcomes per sample: pass, fail (values
 differ), error (mtia raised where CPU did not), not_implemented (mtia lacks the
-op), skipped (OpInfo's own skip or xfail for test_compare_cpu).
+op), skipped (OpInfo's own skip or xfail for test_compare_cpu). Random ops
+(RANDOM_OPS) are checked differently: CPU's shapes and dtypes, and the same
+values from the same seed on mtia.
 
 Ops run in worker processes: a crash loses that op (recorded as a crash), not
 the run. Writes conformance/results/results.json (per op) and summary.md, and

@@ -8,6 +8,8 @@
 #include <c10/core/Stream.h>
 #include <c10/util/Exception.h>
 
+#include <functional>
+
 #include "openmtia/runtime.h"
 
 namespace openmtia {
@@ -103,6 +105,9 @@ struct RandomDraw {
 };
 // Draws from an mtia generator (raises for a generator of another device type).
 RandomDraw drawRandom(const at::Generator& mtia_gen);
+
+// Runs fn with the GIL released if this thread holds it (python.cpp).
+void withoutGil(const std::function<void()>& fn);
 
 // ---- what the fallback registers (for `python -m openmtia.ops`)
 std::vector<std::string> cpuKernelOverCompositeOps();

@@ -270,6 +270,16 @@ bool isDataDependent(const c10::OperatorName& name) {
   return ops.count(name.name) > 0;
 }
 
+// Whether the op's CPU kernel is written in Python (torch.library): the
+// dispatcher records where each kernel was registered.
+bool hasPythonCpuKernel(const c10::OperatorHandle& op) {
+  std::string table = op.dumpComputedTable();
+  size_t at = table.rfind("CPU: ", 0) == 0 ? 0 : table.find("\nCPU: ");
+  if (at == std::string::npos) return false;
+  std::string line = table.substr(at, table.find('\n', at + 1) - at);
+  return line.find(".py:") != std::string::npos;
+}
+
 enum class Mode { kSync, kAsync, kView };
 
 // What an op can do, from its schema (computed once per op).
@@ -289,6 +299,7 @@ Mode modeOf(const c10::OperatorHandle& op) {
       if (r.alias_info() && !r.alias_info()->isWrite()) mode = Mode::kView;  // computes nothing
   }
   if (isDataDependent(schema.operator_name())) mode = Mode::kSync;
+  if (hasPythonCpuKernel(op)) mode = Mode::kSync;  // it needs the GIL: it runs on the calling thread
   cache.emplace(&schema, mode);
   return mode;
 }
@@ -383,6 +394,7 @@ bool sameMeta(const at::Tensor& t, const Plan::Meta& m) {
 // The cache key of a call: the op, the tensors' metadata, the other arguments.
 class KeyBuilder {
  public:
+  KeyBuilder() { key_.reserve(256); }
   bool add(const c10::IValue& v) {
     if (v.isTensor()) return tensor(v.toTensor());
     if (v.isTensorList()) {
@@ -647,7 +659,9 @@ class AsyncCall {
     const auto& schema = op_.schema();
     const size_t nargs = schema.arguments().size();
     const size_t first = stack_->size() - nargs;
-    std::vector<c10::IValue> args(stack_->begin() + first, stack_->end());
+    std::vector<c10::IValue> args;
+    args.reserve(nargs + schema.returns().size() + 2);  // room for out= outputs and the kernel's results
+    args.assign(stack_->begin() + first, stack_->end());
 
     KeyBuilder kb;
     kb.add(c10::IValue(static_cast<int64_t>(reinterpret_cast<intptr_t>(&schema))));
@@ -707,17 +721,17 @@ class AsyncCall {
     if (plan->out_op) {  // the kernel writes into the device outputs themselves
       for (auto& [slot, out] : outs) args.emplace_back(out);
       launchOnCurrentStream(device_, schema.name().c_str(),
-                            [op = *plan->out_op, host = std::move(args), draws = std::move(draws)]() mutable {
-                              for (const auto& [i, d] : draws) host[i] = d.engine();
+                            [op = *plan->out_op, host = std::move(args), draws = std::move(draws)]() {
+                              std::vector<c10::IValue> stack = callStack(host, draws);
                               at::AutoDispatchBelowADInplaceOrView below_autograd;
-                              op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &host);
+                              op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &stack);
                             });
     } else {
       auto op = op_;
       launchOnCurrentStream(
           device_, schema.name().c_str(),
           [op, host = std::move(args), outs = std::move(outs), draws = std::move(draws)]() mutable {
-            for (const auto& [i, d] : draws) host[i] = d.engine();
+            std::vector<c10::IValue> stack = callStack(host, draws);
             std::vector<ResultPlacement::Slot> slots;
             for (auto& [slot, out] : outs)
               if (out.numel() > 0) slots.push_back({out.data_ptr(), out.storage().nbytes()});
@@ -725,9 +739,9 @@ class AsyncCall {
               // as on the host: kernels run below autograd
               at::AutoDispatchBelowADInplaceOrView below_autograd;
               ResultPlacement placement(std::move(slots));  // results allocated in the outputs
-              op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &host);
+              op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &stack);
             }
-            takeResults(op, host, outs);
+            takeResults(op, stack, outs);
           });
     }
     stack_->erase(stack_->begin() + first, stack_->end());
@@ -787,6 +801,19 @@ class AsyncCall {
         return t;
       });
     return flat;
+  }
+
+  // A task's call stack: its arguments, and its engines for random ops. The
+  // boxed call consumes the stack; the task keeps its own references, so
+  // objects the host made are freed by the host (with the task), not by the
+  // worker (memory freed across threads contends for the allocator's locks).
+  static std::vector<c10::IValue> callStack(const std::vector<c10::IValue>& args,
+                                            const std::vector<std::pair<size_t, RandomDraw>>& draws) {
+    std::vector<c10::IValue> stack;
+    stack.reserve(args.capacity());
+    stack.assign(args.begin(), args.end());
+    for (const auto& [i, d] : draws) stack[i] = d.engine();
+    return stack;
   }
 
   // The kernel's results (a fresh output lives at return slot << 32 | list

@@ -20,7 +20,9 @@ struct MTIAHooks final : public at::MTIAHooksInterface {
     return index >= 0 && index < openmtia::deviceCount();
   }
   void deviceSynchronize(c10::DeviceIndex index) const override {
-    OMR_CALL(omr::deviceSynchronize(index < 0 ? currentDevice() : index));
+    // torch.mtia.synchronize() calls this holding the GIL: let other Python
+    // threads run meanwhile, as torch.cuda.synchronize() does
+    withoutGil([&] { OMR_CALL(omr::deviceSynchronize(index < 0 ? currentDevice() : index)); });
   }
   std::string showConfig() const override {
     std::string s = "openmtia emulated accelerator: " + std::to_string(openmtia::deviceCount()) + " device(s)\n";

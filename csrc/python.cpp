@@ -2,6 +2,7 @@
 // guard, allocator, kernels, fallback) through static initializers.
 #include <torch/csrc/Generator.h>
 #include <torch/csrc/utils/pybind.h>
+#include <torch/library.h>
 
 #include <chrono>
 #include <condition_variable>
@@ -30,6 +31,26 @@ struct Gate {
   }
 };
 }  // namespace
+
+void openmtia::withoutGil(const std::function<void()>& fn) {
+  if (Py_IsInitialized() && PyGILState_Check()) {
+    py::gil_scoped_release no_gil;
+    fn();
+  } else {
+    fn();
+  }
+}
+
+// Test-only ops with a C++ CPU kernel and no meta kernel: tests give them
+// meta kernels that disagree with the CPU kernel (tests/test_async.py).
+TORCH_LIBRARY(openmtia_test, m) {
+  m.def("double_a(Tensor x) -> Tensor");
+  m.def("double_b(Tensor x) -> Tensor");
+}
+TORCH_LIBRARY_IMPL(openmtia_test, CPU, m) {
+  m.impl("double_a", [](const at::Tensor& x) { return x.mul(2); });
+  m.impl("double_b", [](const at::Tensor& x) { return x.mul(2); });
+}
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "openmtia: an open MTIA backend for PyTorch";

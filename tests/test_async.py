@@ -41,13 +41,59 @@ def test_first_call_of_other_ops_verifies_then_calls_are_async():
     gate = hold()
     import threading
     threading.Timer(0.2, gate.release).start()
-    torch.index_select(a, 0, idx)  # not structured: the first call waits, runs, verifies the plan
+    # not structured: the first call of a signature waits, runs, and checks the
+    # meta kernel's plan against the CPU kernel (dtypes can differ, e.g.
+    # native_layer_norm's bfloat16 statistics)
+    torch.index_select(a, 0, idx)
     assert torch.mtia.current_stream().query()
     gate = hold()
     r = torch.index_select(a, 0, idx)  # now asynchronous
     assert not torch.mtia.current_stream().query()
     gate.release()
     assert torch.equal(r.cpu(), a.cpu()[[3, 1, 2]])
+
+
+# openmtia_test::double_a/double_b: ops with a C++ CPU kernel (x * 2) that the
+# tests give meta kernels disagreeing with it.
+torch.library.register_fake("openmtia_test::double_a")(lambda x: x.new_empty(x.shape[::-1]).t())  # column-major
+torch.library.register_fake("openmtia_test::double_b")(lambda x: x.new_empty(x.shape[0] + 1))  # wrong shape
+double_colmajor = torch.ops.openmtia_test.double_a
+double_wrong_shape = torch.ops.openmtia_test.double_b
+
+
+def test_ops_with_a_python_cpu_kernel_run_on_the_calling_thread():
+    # (on the worker they would wait for the GIL the host holds)
+    @torch.library.custom_op("openmtia_test::py_double", mutates_args=(), device_types="cpu")
+    def py_double(x: torch.Tensor) -> torch.Tensor:
+        return x * 2
+    x = torch.randn(6, device="mtia")
+    for _ in range(3):
+        y = py_double(x)
+    torch.mtia.synchronize()
+    assert torch.equal(y.cpu(), x.cpu() * 2)
+
+
+def test_plans_take_the_cpu_kernels_strides():
+    x = torch.randn(5, 3, device="mtia")
+    first = double_colmajor(x)  # its meta kernel says column-major; the CPU kernel's result is row-major
+    torch.mtia.synchronize()
+    gate = hold()
+    second = double_colmajor(x)  # asynchronous, with the CPU kernel's strides
+    assert not torch.mtia.current_stream().query()
+    gate.release()
+    assert first.stride() == second.stride() == (3, 1)
+    assert torch.equal(second.cpu(), x.cpu() * 2)
+
+
+def test_a_meta_kernel_that_contradicts_the_kernel_leaves_the_op_synchronous():
+    x = torch.randn(4, device="mtia")
+    assert torch.equal(double_wrong_shape(x).cpu(), x.cpu() * 2)
+    gate = hold()
+    import threading
+    threading.Timer(0.2, gate.release).start()
+    y = double_wrong_shape(x)  # still waits for the stream: CPU's result
+    assert torch.mtia.current_stream().query()
+    assert y.shape == (4,) and torch.equal(y.cpu(), x.cpu() * 2)
 
 
 def test_random_ops_are_async_and_follow_program_order():

@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <pthread.h>
 #include <thread>
 #include <vector>
 
@@ -74,83 +75,123 @@ struct Stream {
   std::mutex mu;
   std::condition_variable cv_work, cv_done;
   struct Entry { std::string name; Task fn; };
+  // Entries [popped, enqueued) in order: [popped, completed) have run and wait
+  // to be destroyed by the host (drain()), [started, enqueued) wait to run.
+  // The host alone allocates and frees queue memory and what tasks captured
+  // (no cross-thread malloc traffic); the worker only reads entries, which a
+  // push_back never moves. The worker takes all waiting entries at once and
+  // publishes completions without the lock (unless someone waits), so the
+  // host's launches rarely meet it on the lock.
   std::deque<Entry> queue;
-  uint64_t enqueued = 0, completed = 0;
-  std::vector<Task> finished;  // run, not yet destroyed (see drain())
-  std::atomic<int64_t> queued{0};  // tasks in `queue`, readable without the lock
+  uint64_t enqueued = 0, started = 0, popped = 0;  // under mu
+  std::atomic<uint64_t> completed{0};
+  std::atomic<uint64_t> enqueued_seen{0};  // `enqueued`, readable without the lock
+  std::atomic<int> waiters{0};             // threads in waitFor()
   std::string error_task, error_msg;  // first failure not yet reported
   bool has_error = false;
   std::thread worker;
 
   void start() {
-    worker = std::thread([this] { run(); });
+    worker = std::thread([this] {
+      // named for debuggers and profilers: mtia<device>s<stream>
+      std::string name = "mtia" + std::to_string(device) + "s" + std::to_string(id);
+      pthread_setname_np(pthread_self(), name.c_str());
+      run();
+    });
     worker.detach();  // the runtime lives for the whole process
   }
   void run() {
-    std::unique_lock<std::mutex> lk(mu);
+    std::vector<Entry*> batch;
     for (;;) {
-      if (queue.empty()) {
-        // Launches often come in bursts: poll briefly before sleeping, so the
-        // next task does not pay for waking a sleeping thread.
-        lk.unlock();
-        auto until = Clock::now() + std::chrono::microseconds(kSpinMicros);
-        while (queued.load(std::memory_order_acquire) == 0 && Clock::now() < until) std::this_thread::yield();
-        lk.lock();
+      {
+        std::unique_lock<std::mutex> lk(mu);
+        if (started == enqueued) {
+          // Launches often come in bursts: poll briefly before sleeping, so the
+          // next task does not pay for waking a sleeping thread.
+          uint64_t seen = started;
+          lk.unlock();
+          auto until = Clock::now() + std::chrono::microseconds(kSpinMicros);
+          while (enqueued_seen.load(std::memory_order_acquire) == seen && Clock::now() < until)
+            std::this_thread::yield();
+          lk.lock();
+        }
+        cv_work.wait(lk, [this] { return started < enqueued; });
+        for (; started < enqueued; ++started) batch.push_back(&queue[started - popped]);
       }
-      cv_work.wait(lk, [this] { return !queue.empty(); });
-      queued.fetch_sub(1, std::memory_order_relaxed);
-      Entry e = std::move(queue.front());
-      queue.pop_front();
-      lk.unlock();
-      std::string err;
-      bool failed = false;
-      try {
-        e.fn();
-      } catch (const std::exception& ex) {
-        failed = true;
-        err = ex.what();
-      } catch (...) {
-        failed = true;
-        err = "unknown exception";
+      for (Entry* e : batch) {
+        std::string err;
+        bool failed = false;
+        try {
+          e->fn();
+        } catch (const std::exception& ex) {
+          failed = true;
+          err = ex.what();
+        } catch (...) {
+          failed = true;
+          err = "unknown exception";
+        }
+        // What a task captured is released by the host (drain()), never here:
+        // destructors may need locks the host holds while it waits for us
+        // (e.g. the Python GIL when a tensor's last reference goes away).
+        if (failed) {
+          std::lock_guard<std::mutex> lk(mu);
+          if (!has_error) {
+            has_error = true;
+            error_task = e->name;
+            error_msg = err;
+          }
+        }
+        completed.fetch_add(1);  // seq_cst, paired with waitFor()'s waiters/completed
+        if (waiters.load() > 0) {
+          std::lock_guard<std::mutex> lk(mu);
+          cv_done.notify_all();
+        }
       }
-      lk.lock();
-      // What a task captured is released by the host (drain()), never here:
-      // destructors may need locks the host holds while it waits for us
-      // (e.g. the Python GIL when a tensor's last reference goes away).
-      finished.push_back(std::move(e.fn));
-      if (failed && !has_error) {
-        has_error = true;
-        error_task = e.name;
-        error_msg = err;
-      }
-      ++completed;
-      cv_done.notify_all();
+      batch.clear();
     }
   }
   // Destroys finished tasks on the calling (host) thread.
   void drain() {
-    std::vector<Task> done;
-    {
-      std::lock_guard<std::mutex> lk(mu);
-      done.swap(finished);
-    }
+    Trash trash;
+    std::lock_guard<std::mutex> lk(mu);
+    collect(trash.tasks);
   }
   uint64_t push(std::string name, Task fn) {
-    uint64_t seq;
-    {
-      std::lock_guard<std::mutex> lk(mu);
-      queue.push_back({std::move(name), std::move(fn)});
-      queued.fetch_add(1, std::memory_order_release);
-      seq = ++enqueued;
-      cv_work.notify_one();
-    }
-    drain();
+    Trash trash;  // destroyed after the lock is released
+    std::lock_guard<std::mutex> lk(mu);
+    queue.push_back({std::move(name), std::move(fn)});
+    uint64_t seq = ++enqueued;
+    enqueued_seen.store(seq, std::memory_order_release);
+    cv_work.notify_one();
+    collect(trash.tasks);
     return seq;
+  }
+  // Finished tasks, destroyed with it (outside the stream lock). Its buffer
+  // is reused per thread: no allocation per launch.
+  struct Trash {
+    std::vector<Task> tasks;
+    Trash() { tasks.swap(spare()); }  // (a task's destructor may launch, and so drain, again)
+    ~Trash() {
+      tasks.clear();
+      spare().swap(tasks);
+    }
+    static std::vector<Task>& spare() {
+      thread_local std::vector<Task> v;
+      return v;
+    }
+  };
+  void collect(std::vector<Task>& out) {  // with mu held
+    for (uint64_t done = completed.load(); popped < done; ++popped) {
+      out.push_back(std::move(queue.front().fn));
+      queue.pop_front();
+    }
   }
   void waitFor(uint64_t seq) {
     {
       std::unique_lock<std::mutex> lk(mu);
-      cv_done.wait(lk, [&] { return completed >= seq; });
+      ++waiters;
+      cv_done.wait(lk, [&] { return completed.load() >= seq; });
+      --waiters;
     }
     drain();
   }
@@ -417,7 +458,7 @@ bool streamQuery(int device, StreamId stream) {
   bool idle;
   {
     std::lock_guard<std::mutex> lk(s.mu);
-    idle = s.completed == s.enqueued;
+    idle = s.completed.load() == s.enqueued;
   }
   s.drain();
   return idle;

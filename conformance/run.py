@@ -205,9 +205,9 @@ def _worker():
                     except Exception:
                         continue  # CPU rejects the sample: not a conformance question
                     try:
-                        # twice: a signature's first call runs synchronously
-                        # (it verifies the op's plan); the second, compared, is
-                        # the asynchronous path
+                        # twice: a signature's first call may run synchronously
+                        # (to verify the op's plan on the real data); the second,
+                        # compared, is the asynchronous path
                         runs = []
                         for _ in range(2):
                             torch.manual_seed(0)

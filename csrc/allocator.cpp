@@ -209,13 +209,15 @@ void resetPeakMemoryStats(c10::DeviceIndex index) {
   counters[index].peak = counters[index].allocated.load();
 }
 
-void releaseStorageRef(void* ctx) { delete static_cast<c10::Storage*>(ctx); }
+void releaseStorageRef(void* ctx) { c10::raw::intrusive_ptr::decref(static_cast<c10::StorageImpl*>(ctx)); }
 
 c10::Storage hostStorageOf(const c10::Storage& storage, c10::Allocator* resize_allocator) {
   // The host storage holds a reference to the device storage: a host view
   // keeps its memory alive (tasks need no other reference, and never one to a
   // tensor that Python may own).
-  c10::DataPtr dp(storage.mutable_data(), new c10::Storage(storage), &releaseStorageRef, c10::Device(c10::kCPU));
+  c10::StorageImpl* impl = storage.unsafeGetStorageImpl();
+  c10::raw::intrusive_ptr::incref(impl);
+  c10::DataPtr dp(storage.mutable_data(), impl, &releaseStorageRef, c10::Device(c10::kCPU));
   return c10::Storage(c10::Storage::use_byte_size_t(), storage.nbytes(), std::move(dp), resize_allocator,
                       /*resizable=*/resize_allocator != nullptr);
 }

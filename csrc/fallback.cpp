@@ -19,6 +19,9 @@
 //    devices by cpu;
 //  - results: the input itself for in-place/out= returns, an mtia view of the
 //    same storage for views, otherwise a new mtia tensor holding the values.
+#include <ATen/CPUGeneratorImpl.h>
+#include <c10/core/CPUAllocator.h>
+#include <ATen/EmptyTensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
@@ -30,6 +33,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -284,10 +288,8 @@ enum class Mode { kSync, kAsync, kView };
 
 // What an op can do, from its schema (computed once per op).
 Mode modeOf(const c10::OperatorHandle& op) {
-  static std::mutex mu;
-  static std::unordered_map<const void*, Mode> cache;
+  thread_local std::unordered_map<const void*, Mode> cache;  // per thread: no lock
   const c10::FunctionSchema& schema = op.schema();
-  std::lock_guard<std::mutex> lk(mu);
   auto it = cache.find(&schema);
   if (it != cache.end()) return it->second;
   Mode mode = Mode::kAsync;
@@ -652,7 +654,7 @@ class AsyncCall {
   enum class Result {
     kDone,    // enqueued
     kSync,    // must run synchronously (nothing was changed)
-    kVerify,  // a new plan: run synchronously, then verify(), which caches it
+    kVerify,  // a new plan that dryRun() could not check: run synchronously, then verify()
   };
 
   Result run() {
@@ -679,7 +681,8 @@ class AsyncCall {
       } else {
         flat_args_ = flatTensors(args);
         for (const auto& t : flat_args_) before_.push_back(t.defined() ? metaOf(t) : Plan::Meta{});
-        return Result::kVerify;
+        plan = dryRun(args);
+        if (!plan) return Result::kVerify;  // checked by running this call synchronously
       }
     }
     if (!plan->async) return Result::kSync;
@@ -694,8 +697,8 @@ class AsyncCall {
     std::vector<std::pair<size_t, at::Tensor>> outs;  // (return slot, host view of a fresh output)
     auto make = [&](const Plan::Out& o, size_t slot) {
       if (o.input >= 0) return flat[o.input];
-      at::Tensor d = at::empty_strided(o.meta.sizes, o.meta.strides,
-                                       at::TensorOptions().dtype(o.meta.dtype).device(kMTIA, device_));
+      at::Tensor d = at::detail::empty_strided_generic(o.meta.sizes, o.meta.strides, deviceAllocator(),
+                                                       c10::DispatchKeySet(c10::DispatchKey::MTIA), o.meta.dtype);
       outs.emplace_back(slot, hostView(d));
       return d;
     };
@@ -749,50 +752,120 @@ class AsyncCall {
     return Result::kDone;
   }
 
-  // After the first call of a signature ran synchronously: checks the Meta
-  // kernel's plan against what the CPU kernel did (same result shapes and
-  // aliasing), adopts the CPU kernel's result dtypes and strides, and caches
-  // the plan, async if it held, synchronous for good otherwise.
+  // After the first call of a signature ran synchronously: checks the plan
+  // against what the CPU kernel did and caches it (see checked()).
   void verify() {
-    auto plan = std::make_shared<Plan>(*new_plan_);
-    size_t nrets = plan->returns.size();
-    bool ok = stack_->size() >= nrets;
-    for (size_t i = 0; ok && i < nrets; ++i) {
-      const c10::IValue& v = (*stack_)[stack_->size() - nrets + i];
+    size_t nrets = new_plan_->returns.size();
+    std::shared_ptr<Plan> plan;
+    if (stack_->size() >= nrets)
+      plan = checked(*new_plan_, &*(stack_->end() - nrets), flat_args_, before_, kMTIA);
+    cacheChecked(std::move(plan));
+  }
+
+ private:
+  // The Meta kernel's plan, checked against what the CPU kernel did with the
+  // tensors `flat` (which had the metadata `before`): results that are inputs
+  // must be those inputs, new results must have the planned shapes (the plan
+  // takes their dtypes and strides from the CPU kernel: they can differ, e.g.
+  // bfloat16 native_layer_norm's statistics are float32 on CPU), and inputs
+  // must be resized exactly as planned. nullptr if the kernel disagrees.
+  static std::shared_ptr<Plan> checked(const Plan& base, const c10::IValue* rets, const std::vector<at::Tensor>& flat,
+                                       const std::vector<Plan::Meta>& before, c10::DeviceType device) {
+    auto plan = std::make_shared<Plan>(base);
+    for (size_t i = 0; i < plan->returns.size(); ++i) {
+      const c10::IValue& v = rets[i];
       std::vector<at::Tensor> got;
       if (plan->is_list[i] && v.isTensorList()) got = v.toTensorList().vec();
       else if (!plan->is_list[i] && v.isTensor()) got.push_back(v.toTensor());
-      ok = got.size() == plan->returns[i].size();
-      for (size_t j = 0; ok && j < got.size(); ++j) {
+      if (got.size() != plan->returns[i].size()) return nullptr;
+      for (size_t j = 0; j < got.size(); ++j) {
         Plan::Out& o = plan->returns[i][j];
         const at::Tensor& r = got[j];
         if (o.input >= 0) {
-          ok = r.is_same(flat_args_[o.input]);
-        } else {
-          ok = r.defined() && r.device().type() == kMTIA && r.sizes().equals(o.meta.sizes) &&
-               r.is_non_overlapping_and_dense();
-          if (ok) o.meta = metaOf(r);  // the CPU kernel's dtype and strides
+          if (!r.is_same(flat[o.input])) return nullptr;
+          continue;
         }
+        bool is_input = std::any_of(flat.begin(), flat.end(), [&](const at::Tensor& t) { return r.is_same(t); });
+        if (!r.defined() || is_input || r.device().type() != device || !r.sizes().equals(o.meta.sizes) ||
+            !r.is_non_overlapping_and_dense())
+          return nullptr;
+        o.meta = metaOf(r);  // the CPU kernel's dtype and strides
       }
     }
-    // out= arguments: resized exactly as the Meta kernel said
-    for (size_t k = 0; ok && k < flat_args_.size(); ++k) {
-      const at::Tensor& t = flat_args_[k];
-      if (!t.defined()) continue;
+    for (size_t k = 0; k < flat.size(); ++k) {  // out= arguments: resized exactly as planned
+      if (!flat[k].defined()) continue;
       auto it = std::find_if(plan->resized.begin(), plan->resized.end(), [&](const auto& p) { return p.first == (int)k; });
-      const Plan::Meta& expect = it != plan->resized.end() ? it->second : before_[k];
-      ok = sameMeta(t, expect);
+      if (!sameMeta(flat[k], it != plan->resized.end() ? it->second : before[k])) return nullptr;
     }
-    if (!ok) {
+    return plan;
+  }
+
+  std::shared_ptr<const Plan> cacheChecked(std::shared_ptr<Plan> plan) {
+    if (!plan) {
       plan = std::make_shared<Plan>();  // synchronous from now on
       if (debugFallback())
         std::fprintf(stderr, "openmtia: %s runs synchronously: its meta kernel does not match the CPU kernel\n",
                      op_.schema().name().c_str());
     }
-    planCache().put(std::move(key_), std::move(plan));
+    planCache().put(key_, plan);
+    return plan;
   }
 
- private:
+  // Checks a new plan without waiting for the device: runs the CPU kernel on
+  // the host over zero-filled CPU twins of the arguments (same metadata, one
+  // twin storage per storage, so aliasing is kept). Output metadata does not
+  // depend on the values (ops whose shapes do are synchronous anyway). Returns
+  // nullptr when the twins would be large or the kernel rejects zeros (e.g. a
+  // factorization): the first call then runs synchronously on the real data.
+  std::shared_ptr<const Plan> dryRun(std::vector<c10::IValue> stack) {
+    constexpr size_t kMaxTwinBytes = size_t(64) << 20;
+    const auto& schema = op_.schema();
+    size_t bytes = 0;
+    bool ok = true;
+    std::unordered_map<c10::StorageImpl*, c10::Storage> storages;
+    std::unordered_map<c10::TensorImpl*, at::Tensor> twins;
+    std::vector<at::Tensor> flat;
+    auto twin = [&](const at::Tensor& t) -> at::Tensor {
+      if (!t.defined() || t.layout() != c10::kStrided) {
+        ok = ok && !t.defined();
+        flat.push_back(t);
+        return t;
+      }
+      auto it = twins.find(t.unsafeGetTensorImpl());
+      if (it == twins.end()) {
+        c10::StorageImpl* si = t.storage().unsafeGetStorageImpl();
+        auto sit = storages.find(si);
+        if (sit == storages.end()) {
+          size_t n = t.storage().nbytes();
+          bytes += n;
+          if (bytes > kMaxTwinBytes) ok = false;
+          c10::Storage st(c10::Storage::use_byte_size_t(), ok ? n : 0, c10::GetCPUAllocator(), /*resizable=*/true);
+          if (ok && n) std::memset(st.mutable_data(), 0, n);
+          sit = storages.emplace(si, std::move(st)).first;
+        }
+        it = twins.emplace(t.unsafeGetTensorImpl(), viewOn(sit->second, t, c10::DispatchKey::CPU)).first;
+      }
+      flat.push_back(it->second);
+      return it->second;
+    };
+    for (size_t i = 0; i < stack.size(); ++i) {
+      c10::IValue& v = stack[i];
+      if (isGeneratorType(schema.arguments()[i].type())) v = at::make_generator<at::CPUGeneratorImpl>(0);
+      else if (v.isDevice() && v.toDevice().type() == kMTIA) v = c10::Device(c10::kCPU);
+      else v = mapTensors(v, twin);
+    }
+    if (!ok) return nullptr;
+    try {
+      at::AutoDispatchBelowADInplaceOrView below_autograd;
+      op_.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &stack);
+    } catch (const std::exception&) {
+      return nullptr;
+    }
+    size_t nrets = new_plan_->returns.size();
+    if (stack.size() < nrets) return nullptr;
+    return cacheChecked(checked(*new_plan_, &*(stack.end() - nrets), flat, before_, c10::kCPU));
+  }
+
   static std::vector<at::Tensor> flatTensors(const std::vector<c10::IValue>& args) {
     std::vector<at::Tensor> flat;  // the tensor arguments in the Planner's order
     for (const auto& v : args)

@@ -34,23 +34,38 @@ def test_structured_ops_are_async_from_the_first_call():
     torch.testing.assert_close(c.cpu(), torch.softmax(ac @ ac.t() * 0.5, dim=1))
 
 
-def test_first_call_of_other_ops_verifies_then_calls_are_async():
+def test_first_call_of_other_ops_checks_its_plan_without_waiting():
+    # not structured: the first call of a signature checks the meta kernel's
+    # plan against the CPU kernel (dtypes can differ, e.g. native_layer_norm's
+    # bfloat16 statistics), by a dry run on zero-filled host twins of the
+    # arguments: it does not wait for the device
     a = torch.randn(64, 64, device="mtia")
     idx = torch.tensor([3, 1, 2], device="mtia")
+    x = torch.randn(4, 6, 3, dtype=torch.bfloat16, device="mtia")
+    torch.mtia.synchronize()
+    gate = hold()
+    r = torch.index_select(a, 0, idx)
+    y = torch.nn.functional.layer_norm(x, (3,))
+    assert not torch.mtia.current_stream().query()
+    gate.release()
+    assert torch.equal(r.cpu(), a.cpu()[[3, 1, 2]])
+    assert torch.equal(y.cpu(), torch.nn.functional.layer_norm(x.cpu(), (3,)))
+
+
+def test_first_call_with_large_arguments_verifies_on_the_real_data():
+    a = torch.randn(18 << 20, device="mtia")  # 72 MB: too large for a dry run
+    idx = torch.tensor([5, 0], device="mtia")
     torch.mtia.synchronize()
     gate = hold()
     import threading
     threading.Timer(0.2, gate.release).start()
-    # not structured: the first call of a signature waits, runs, and checks the
-    # meta kernel's plan against the CPU kernel (dtypes can differ, e.g.
-    # native_layer_norm's bfloat16 statistics)
-    torch.index_select(a, 0, idx)
+    torch.index_select(a, 0, idx)  # waits for the stream, runs, verifies the plan
     assert torch.mtia.current_stream().query()
     gate = hold()
     r = torch.index_select(a, 0, idx)  # now asynchronous
     assert not torch.mtia.current_stream().query()
     gate.release()
-    assert torch.equal(r.cpu(), a.cpu()[[3, 1, 2]])
+    assert torch.equal(r.cpu(), a.cpu()[[5, 0]])
 
 
 # openmtia_test::double_a/double_b: ops with a C++ CPU kernel (x * 2) that the
@@ -87,7 +102,13 @@ def test_plans_take_the_cpu_kernels_strides():
 
 def test_a_meta_kernel_that_contradicts_the_kernel_leaves_the_op_synchronous():
     x = torch.randn(4, device="mtia")
-    assert torch.equal(double_wrong_shape(x).cpu(), x.cpu() * 2)
+    torch.mtia.synchronize()
+    gate = hold()
+    import threading
+    threading.Timer(0.2, gate.release).start()
+    y = double_wrong_shape(x)  # the dry run finds the contradiction: this call runs synchronously
+    assert torch.mtia.current_stream().query()
+    assert torch.equal(y.cpu(), x.cpu() * 2)
     gate = hold()
     import threading
     threading.Timer(0.2, gate.release).start()

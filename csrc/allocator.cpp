@@ -1,59 +1,85 @@
-// Device allocator (a c10::DeviceAllocator over the runtime; not caching yet),
+// Device allocator (a c10::DeviceAllocator over the runtime's caching allocator),
 // pinned host allocator, result placement for tasks, and device-memory helpers.
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/CachingDeviceAllocator.h>
 
 #include <atomic>
+#include <cstdlib>
+#include <memory>
 #include <mutex>
 #include <unordered_set>
 
 #include "common.h"
+#include "openmtia/caching_allocator.h"
 
 namespace openmtia {
 namespace {
 
-struct DeviceCounters {
-  std::atomic<int64_t> allocated{0}, peak{0}, num_allocs{0}, num_frees{0}, num_ooms{0};
-  void add(int64_t n) {
-    int64_t now = allocated.fetch_add(n) + n;
-    int64_t p = peak.load();
-    while (now > p && !peak.compare_exchange_weak(p, now)) {
+// One caching allocator per device (runtime/caching_allocator.h), configured
+// by OPENMTIA_ALLOC_CONF; created on first use.
+omr::CachingAllocator& cacheOf(c10::DeviceIndex device) {
+  // never destroyed: blocks may be freed during interpreter shutdown, and OOM
+  // observers hold Python objects that must not be released without the GIL
+  static omr::CachingAllocator* caches[omr::kMaxDevices];
+  static std::once_flag once;
+  static omr::CacheConfig config;
+  static std::string config_error;
+  std::call_once(once, [] {
+    const char* env = std::getenv("OPENMTIA_ALLOC_CONF");
+    try {
+      if (env) config = omr::CacheConfig::parse(env);
+    } catch (const omr::Error& e) {
+      config_error = e.what();
     }
-    ++num_allocs;
-  }
-};
-DeviceCounters counters[omr::kMaxDevices];
+    for (c10::DeviceIndex i = 0; i < deviceCount(); ++i) caches[i] = new omr::CachingAllocator(i, config);
+  });
+  TORCH_CHECK(config_error.empty(), config_error);
+  checkDevice(device);
+  return *caches[device];
+}
 
-// Context of one device allocation; freed with it.
+// Context of one device allocation; freed (back to the cache) with it.
 struct Allocation {
   void* ptr;
   size_t size;
+  omr::StreamId stream;
   c10::DeviceIndex device;
 };
 
 void freeAllocation(void* ctx) {
   auto* a = static_cast<Allocation*>(ctx);
-  omr::deviceFree(a->device, a->ptr);  // never throws for a pointer we allocated
-  counters[a->device].allocated -= static_cast<int64_t>(a->size);
-  ++counters[a->device].num_frees;
+  recordFree(a->device, a->ptr, a->size, a->stream);
+  cacheOf(a->device).free(a->ptr);  // never throws for a pointer we allocated
   delete a;
 }
 
 c10::DataPtr allocateOn(c10::DeviceIndex device, size_t n) {
   c10::Device dev(kMTIA, device);
   if (n == 0) return c10::DataPtr(nullptr, dev);
+  // blocks are cached per stream: the current one, where the memory is first used
+  omr::StreamId stream = streamId(currentStream(device));
+  auto context = allocationContext();  // stack frames, when memory history records them
   void* p;
   try {
-    p = omr::deviceMalloc(device, n);
+    p = cacheOf(device).malloc(n, stream);
   } catch (const omr::OutOfMemoryError& e) {
-    ++counters[device].num_ooms;
+    size_t free_b = 0, total = 0;
+    omr::memGetInfo(device, &free_b, &total);
+    recordOom(device, n, free_b);
     TORCH_CHECK_WITH(OutOfMemoryError, false, e.what());
-  } catch (const omr::Error& e) {
-    TORCH_CHECK(false, e.what());
   }
-  counters[device].add(static_cast<int64_t>(n));
-  auto* ctx = new Allocation{p, n, device};
-  return c10::DataPtr(p, ctx, &freeAllocation, dev);
+  size_t size = omr::CachingAllocator::roundSize(n);
+  recordAlloc(device, p, size, stream, std::move(context));
+  return c10::DataPtr(p, new Allocation{p, size, stream, device}, &freeAllocation, dev);
+}
+
+void fill(c10::CachingDeviceAllocator::StatArray& out, const omr::Stat (&in)[omr::kNumStatPools]) {
+  for (int p = 0; p < omr::kNumStatPools; ++p) {
+    out[p].current = in[p].current;
+    out[p].peak = in[p].peak;
+    out[p].allocated = in[p].allocated;
+    out[p].freed = in[p].freed;
+  }
 }
 
 struct MTIAAllocator final : public c10::DeviceAllocator {
@@ -63,34 +89,35 @@ struct MTIAAllocator final : public c10::DeviceAllocator {
     OMR_CALL(omr::memcpy(dst, src, count, omr::CopyKind::kDeviceToDevice));
   }
   bool initialized() override { return true; }
-  void emptyCache(c10::MempoolId_t) override {}  // nothing is cached
-  // Tasks hold references to every storage they use, so a block is only freed
-  // after the work that uses it has run: nothing to record.
+  void emptyCache(c10::MempoolId_t) override {
+    for (c10::DeviceIndex i = 0; i < deviceCount(); ++i) cacheOf(i).emptyCache();
+  }
+  // Tasks hold references to every storage they use, so a block returns to
+  // the cache only after the work that uses it has run, on any stream: no
+  // event needs recording.
   void recordStream(const c10::DataPtr&, c10::Stream) override {}
   c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex device) override {
+    omr::CacheStats m = cacheOf(device).stats();
     c10::CachingDeviceAllocator::DeviceStats s;
-    MemoryStats m = memoryStats(device);
-    auto fill = [&](c10::CachingDeviceAllocator::StatArray& a) {
-      for (auto& st : a) {
-        st.current = m.allocated;
-        st.peak = m.peak;
-        st.allocated = m.num_allocs;
-        st.freed = m.num_frees;
-      }
-    };
-    fill(s.allocated_bytes);
-    fill(s.reserved_bytes);
-    fill(s.active_bytes);
-    fill(s.requested_bytes);
+    fill(s.allocation, m.allocation);
+    fill(s.segment, m.segment);
+    fill(s.active, m.active);
+    fill(s.inactive_split, m.inactive_split);
+    fill(s.allocated_bytes, m.allocated_bytes);
+    fill(s.reserved_bytes, m.reserved_bytes);
+    fill(s.active_bytes, m.active_bytes);
+    fill(s.inactive_split_bytes, m.inactive_split_bytes);
+    fill(s.requested_bytes, m.requested_bytes);
+    s.num_alloc_retries = m.num_alloc_retries;
     s.num_ooms = m.num_ooms;
+    s.num_sync_all_streams = m.num_sync_all_streams;
+    s.num_device_alloc = m.num_device_alloc;
+    s.num_device_free = m.num_device_free;
+    s.max_split_size = m.max_split_size;
     return s;
   }
-  void resetAccumulatedStats(c10::DeviceIndex device) override {
-    counters[device].num_allocs = 0;
-    counters[device].num_frees = 0;
-    counters[device].num_ooms = 0;
-  }
-  void resetPeakStats(c10::DeviceIndex device) override { resetPeakMemoryStats(device); }
+  void resetAccumulatedStats(c10::DeviceIndex device) override { cacheOf(device).resetAccumulatedStats(); }
+  void resetPeakStats(c10::DeviceIndex device) override { cacheOf(device).resetPeakStats(); }
   std::pair<size_t, size_t> getMemoryInfo(c10::DeviceIndex device) override {
     size_t free_b = 0, total = 0;
     OMR_CALL(omr::memGetInfo(device, &free_b, &total));
@@ -198,16 +225,7 @@ c10::Allocator* hostLabelledDeviceAllocator(c10::DeviceIndex device) {
   return &allocators[device];
 }
 
-MemoryStats memoryStats(c10::DeviceIndex index) {
-  checkDevice(index);
-  auto& c = counters[index];
-  return {c.allocated.load(), c.peak.load(), c.num_allocs.load(), c.num_frees.load(), c.num_ooms.load()};
-}
-
-void resetPeakMemoryStats(c10::DeviceIndex index) {
-  checkDevice(index);
-  counters[index].peak = counters[index].allocated.load();
-}
+omr::CachingAllocator& deviceCache(c10::DeviceIndex index) { return cacheOf(index); }
 
 void releaseStorageRef(void* ctx) { c10::raw::intrusive_ptr::decref(static_cast<c10::StorageImpl*>(ctx)); }
 

@@ -10,6 +10,7 @@
 
 #include <functional>
 
+#include "openmtia/caching_allocator.h"
 #include "openmtia/runtime.h"
 
 namespace openmtia {
@@ -116,11 +117,17 @@ std::vector<std::string> structuredOps();
 // (kernels that did not allocate their results in the outputs' memory).
 int64_t stagedResultCount();
 
-// ---- memory statistics (simple allocator)
-struct MemoryStats {
-  int64_t allocated = 0, peak = 0, num_allocs = 0, num_frees = 0, num_ooms = 0;
-};
-MemoryStats memoryStats(c10::DeviceIndex index);
-void resetPeakMemoryStats(c10::DeviceIndex index);
+// ---- the device's caching allocator (statistics, empty_cache, snapshots)
+omr::CachingAllocator& deviceCache(c10::DeviceIndex index);
+
+// ---- memory history (memory_history.cpp): torch.mtia.record_memory_history
+void recordMemoryHistory(const std::optional<std::string>& enabled, const std::string& stacks, size_t max_entries);
+// The caller's stack, when the history records stacks (else nullptr); taken
+// before the allocator's lock, as gathering Python frames takes the GIL.
+std::shared_ptr<c10::GatheredContext> allocationContext();
+void recordAlloc(c10::DeviceIndex device, void* ptr, size_t size, int64_t stream,
+                 std::shared_ptr<c10::GatheredContext> context);
+void recordFree(c10::DeviceIndex device, void* ptr, size_t size, int64_t stream);
+void recordOom(c10::DeviceIndex device, size_t requested, size_t device_free);
 
 }  // namespace openmtia

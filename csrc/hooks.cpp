@@ -5,6 +5,8 @@
 #include "common.h"
 
 namespace openmtia {
+
+PyObject* memorySnapshot(const std::optional<std::string>& path);  // memory_history.cpp
 namespace py = pybind11;
 
 struct MTIAHooks final : public at::MTIAHooksInterface {
@@ -56,17 +58,48 @@ struct MTIAHooks final : public at::MTIAHooksInterface {
   }
   at::Generator getNewGenerator(c10::DeviceIndex index) const override { return openmtia::newGenerator(index); }
 
+  // torch.mtia.memory_stats(): the "dram" section torch/mtia/memory.py reads,
+  // plus the CUDA-style breakdown under the keys torch.cuda.memory_stats()
+  // uses ("allocated_bytes.all.current", "num_ooms", ...).
   PyObject* memoryStats(c10::DeviceIndex index) const override {
     if (index < 0) index = currentDevice();
-    MemoryStats m = openmtia::memoryStats(index);
-    py::dict dram;
-    dram["allocated_bytes"] = m.allocated;
-    dram["peak_bytes"] = m.peak;
-    dram["num_allocs"] = m.num_allocs;
-    dram["num_frees"] = m.num_frees;
-    dram["num_ooms"] = m.num_ooms;
+    omr::CacheStats m = deviceCache(index).stats();
     py::dict out;
+    py::dict dram;
+    dram["allocated_bytes"] = m.allocated_bytes[omr::kAggregatePool].current;
+    dram["peak_bytes"] = m.allocated_bytes[omr::kAggregatePool].peak;
+    dram["reserved_bytes"] = m.reserved_bytes[omr::kAggregatePool].current;
+    dram["peak_reserved_bytes"] = m.reserved_bytes[omr::kAggregatePool].peak;
+    dram["num_allocs"] = m.allocation[omr::kAggregatePool].allocated;
+    dram["num_frees"] = m.allocation[omr::kAggregatePool].freed;
+    dram["num_ooms"] = m.num_ooms;
     out["dram"] = dram;
+    const char* pools[] = {"all", "small_pool", "large_pool"};
+    auto put = [&](const char* name, const omr::Stat (&arr)[omr::kNumStatPools]) {
+      for (int p = 0; p < omr::kNumStatPools; ++p) {
+        std::string key = std::string(name) + "." + pools[p] + ".";
+        out[py::str(key + "current")] = arr[p].current;
+        out[py::str(key + "peak")] = arr[p].peak;
+        out[py::str(key + "allocated")] = arr[p].allocated;
+        out[py::str(key + "freed")] = arr[p].freed;
+      }
+    };
+    put("allocation", m.allocation);
+    put("segment", m.segment);
+    put("active", m.active);
+    put("inactive_split", m.inactive_split);
+    put("allocated_bytes", m.allocated_bytes);
+    put("reserved_bytes", m.reserved_bytes);
+    put("active_bytes", m.active_bytes);
+    put("inactive_split_bytes", m.inactive_split_bytes);
+    put("requested_bytes", m.requested_bytes);
+    out["num_alloc_retries"] = m.num_alloc_retries;
+    out["num_ooms"] = m.num_ooms;
+    out["num_device_alloc"] = m.num_device_alloc;
+    out["num_device_free"] = m.num_device_free;
+    out["num_sync_all_streams"] = m.num_sync_all_streams;
+    out["oversize_allocations.current"] = m.oversize_allocations;
+    out["max_split_size"] = m.max_split_size;
     return out.release().ptr();
   }
   PyObject* getDeviceCapability(c10::DeviceIndex index) const override {
@@ -87,8 +120,25 @@ struct MTIAHooks final : public at::MTIAHooksInterface {
     return d.release().ptr();
   }
   void emptyCache() const override { deviceAllocator()->emptyCache({0, 0}); }
+  void recordMemoryHistory(const std::optional<std::string>& enabled, const std::string& stacks,
+                           size_t max_entries) const override {
+    openmtia::recordMemoryHistory(enabled, stacks, max_entries);
+  }
+  PyObject* memorySnapshot(const std::optional<std::string>& local_path) const override {
+    return openmtia::memorySnapshot(local_path);
+  }
+  // torch.mtia.attach_out_of_memory_observer(fn): fn(device, requested bytes,
+  // bytes allocated, bytes free on the device) before the OutOfMemoryError.
+  void attachOutOfMemoryObserver(PyObject* observer) const override {
+    auto fn = std::make_shared<py::object>(py::reinterpret_borrow<py::object>(observer));
+    for (c10::DeviceIndex i = 0; i < deviceCount(); ++i)
+      deviceCache(i).attachOomObserver([fn](int device, int64_t requested, int64_t allocated, int64_t free_b) {
+        py::gil_scoped_acquire gil;
+        (*fn)(device, requested, allocated, free_b);
+      });
+  }
   void resetPeakMemoryStats(c10::DeviceIndex index) const override {
-    openmtia::resetPeakMemoryStats(index < 0 ? currentDevice() : index);
+    deviceCache(index < 0 ? currentDevice() : index).resetPeakStats();
   }
 };
 

@@ -37,15 +37,29 @@ def test_invalid_device_index_raises():
 
 def test_out_of_memory_raises_and_device_recovers():
     total = torch.mtia.get_device_properties(0)["total_memory"]
+    torch.mtia.empty_cache()
     free_before, _ = openmtia.device_memory_info(0)
-    with pytest.raises(torch.OutOfMemoryError, match="out of memory: tried to allocate"):
+    seen = []
+    torch.mtia.attach_out_of_memory_observer(lambda *args: seen.append(args))
+    # CUDA's message: the request, and the device's allocated, reserved and free memory
+    with pytest.raises(torch.OutOfMemoryError, match=r"Tried to allocate 8.00 GiB\. mtia:0 has a total capacity of "
+                       r"8.00 GiB of which .* is free\. Of the allocated memory .* is allocated by PyTorch, and .* "
+                       r"is reserved by PyTorch but unallocated"):
         torch.empty(total // 4 + 1, dtype=torch.float32, device="mtia")
+    assert seen and seen[-1][0] == 0 and seen[-1][1] == total + 4  # (device, requested, allocated, free)
     # several large allocations that fit, then one too many
     blocks = [torch.empty(total // 4, dtype=torch.uint8, device="mtia") for _ in range(3)]
     with pytest.raises(torch.OutOfMemoryError):
         torch.empty(total // 2, dtype=torch.uint8, device="mtia")
+    assert len(seen) == 2
     del blocks
     torch.mtia.synchronize()
+    # the freed blocks are cached: an allocation that needs them frees the cache and retries
+    retries = torch.mtia.memory_stats()["num_alloc_retries"]
+    big = torch.empty(total // 2 + (64 << 20), dtype=torch.uint8, device="mtia")
+    assert torch.mtia.memory_stats()["num_alloc_retries"] == retries + 1
+    del big
+    torch.mtia.empty_cache()
     assert openmtia.device_memory_info(0)[0] == free_before
     assert torch.mtia.memory_stats()["dram"]["num_ooms"] >= 2
     still_works()

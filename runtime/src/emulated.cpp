@@ -25,13 +25,6 @@ constexpr size_t kAlignment = 256;
 constexpr int kStreamsPerDevice = 1 + 2 * kPoolSize;
 constexpr int kSpinMicros = 50;  // how long an idle worker polls before sleeping
 
-std::string fmtBytes(size_t b) {
-  char buf[64];
-  if (b >= (1ull << 30)) std::snprintf(buf, sizeof buf, "%.2f GiB", b / double(1ull << 30));
-  else if (b >= (1ull << 20)) std::snprintf(buf, sizeof buf, "%.2f MiB", b / double(1ull << 20));
-  else std::snprintf(buf, sizeof buf, "%zu bytes", b);
-  return buf;
-}
 
 // A set of [ptr, ptr+size) ranges with lookup of the range holding an address.
 class RangeMap {
@@ -297,11 +290,22 @@ Stream& getStream(int device, StreamId id) {
 }  // namespace
 
 // ---------------------------------------------------------------- errors
+std::string formatBytes(size_t b) {
+  char buf[64];
+  if (b >= (1ull << 30)) std::snprintf(buf, sizeof buf, "%.2f GiB", b / double(1ull << 30));
+  else if (b >= (1ull << 20)) std::snprintf(buf, sizeof buf, "%.2f MiB", b / double(1ull << 20));
+  else std::snprintf(buf, sizeof buf, "%zu bytes", b);
+  return buf;
+}
+
+OutOfMemoryError::OutOfMemoryError(int dev, size_t req, size_t used_, size_t cap, std::string message)
+    : Error(ErrorCode::kOutOfMemory, std::move(message)), device(dev), requested(req), used(used_), capacity(cap) {}
+
 OutOfMemoryError::OutOfMemoryError(int dev, size_t req, size_t used_, size_t cap)
     : Error(ErrorCode::kOutOfMemory,
             "mtia:" + std::to_string(dev) + " out of memory: tried to allocate " +
-                fmtBytes(req) + "; " + fmtBytes(used_) + " already allocated, " +
-                fmtBytes(cap - used_) + " free of " + fmtBytes(cap) + " total capacity"),
+                formatBytes(req) + "; " + formatBytes(used_) + " already allocated, " +
+                formatBytes(cap - used_) + " free of " + formatBytes(cap) + " total capacity"),
       device(dev), requested(req), used(used_), capacity(cap) {}
 
 size_t parseByteSize(const std::string& text) {
@@ -405,7 +409,7 @@ void* hostMallocPinned(size_t bytes) {
   if (bytes == 0) return nullptr;
   size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
   void* p = std::aligned_alloc(kAlignment, rounded);
-  if (!p) throw Error(ErrorCode::kOutOfMemory, "pinned host allocation of " + fmtBytes(bytes) + " failed");
+  if (!p) throw Error(ErrorCode::kOutOfMemory, "pinned host allocation of " + formatBytes(bytes) + " failed");
   Runtime& rt = Runtime::get();
   std::lock_guard<std::mutex> lk(rt.pinned_mu);
   rt.pinned.add(p, rounded);

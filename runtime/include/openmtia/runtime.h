@@ -34,6 +34,7 @@ class Error : public std::runtime_error {
 class OutOfMemoryError : public Error {
  public:
   OutOfMemoryError(int device, size_t requested, size_t used, size_t capacity);
+  OutOfMemoryError(int device, size_t requested, size_t used, size_t capacity, std::string message);
   int device;
   size_t requested, used, capacity;
 };
@@ -44,6 +45,9 @@ class TaskError : public Error {
       : Error(ErrorCode::kTaskFailed, msg), task(std::move(task)) {}
   std::string task;  // name of the failed task
 };
+
+// "1.50 MiB" and the like.
+std::string formatBytes(size_t bytes);
 
 // ---------------------------------------------------------------- devices
 struct DeviceProperties {

@@ -1,0 +1,108 @@
+"""The caching device allocator: statistics, empty_cache, steady-state reuse."""
+import torch
+
+
+def test_a_warm_training_loop_makes_no_device_allocations():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 8)).to("mtia")
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    x, y = torch.randn(32, 64, device="mtia"), torch.randn(32, 8, device="mtia")
+
+    def step():
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        torch.mtia.synchronize()
+    for _ in range(3):
+        step()
+    before = torch.mtia.memory_stats()
+    for _ in range(5):
+        step()
+    after = torch.mtia.memory_stats()
+    assert after["num_device_alloc"] == before["num_device_alloc"]
+    assert after["reserved_bytes.all.current"] == before["reserved_bytes.all.current"]
+    assert after["allocation.all.allocated"] > before["allocation.all.allocated"]  # blocks were reused
+
+
+def test_stats_agree_across_torch_mtia_and_torch_accelerator():
+    torch.mtia.empty_cache()
+    base = torch.mtia.memory_allocated()
+    t = torch.empty(3 << 20, dtype=torch.uint8, device="mtia")
+    s = torch.mtia.memory_stats()
+    assert torch.mtia.memory_allocated() == base + (3 << 20) == s["allocated_bytes.all.current"]
+    assert torch.accelerator.memory_allocated() == torch.mtia.memory_allocated()
+    assert torch.accelerator.memory_reserved() == s["reserved_bytes.all.current"] >= torch.mtia.memory_allocated()
+    assert torch.accelerator.max_memory_allocated() == torch.mtia.max_memory_allocated() >= base + (3 << 20)
+    acc = torch.accelerator.memory_stats()
+    assert acc["allocated_bytes.all.current"] == s["allocated_bytes.all.current"]
+    del t
+    assert torch.mtia.memory_allocated() == base
+    reserved = torch.mtia.memory_stats()["reserved_bytes.all.current"]
+    assert reserved >= 3 << 20  # cached, not returned
+    torch.mtia.empty_cache()
+    assert torch.mtia.memory_stats()["reserved_bytes.all.current"] <= reserved - (3 << 20)
+    torch.mtia.reset_peak_memory_stats()
+    assert torch.mtia.max_memory_allocated() == base
+    torch.accelerator.reset_peak_memory_stats()
+    assert torch.accelerator.max_memory_allocated() == base
+
+
+def allocate_for_the_snapshot():
+    return [torch.empty(n, device="mtia") for n in (100, 1000, 300_000)]
+
+
+def test_memory_snapshot_is_in_cuda_format_and_renders(tmp_path):
+    from torch.cuda import _memory_viz
+    torch.mtia.record_memory_history("all", stacks="python")
+    try:
+        keep = allocate_for_the_snapshot()
+        dropped = torch.empty(5000, device="mtia")
+        del dropped
+        torch.mtia.synchronize()
+        snap = torch.mtia.snapshot()
+    finally:
+        torch.mtia.record_memory_history(None)
+    assert set(snap) >= {"segments", "device_traces"}
+    trace = snap["device_traces"][0]
+    actions = [e["action"] for e in trace]
+    assert "alloc" in actions and "free_requested" in actions and "free_completed" in actions
+    allocs = [e for e in trace if e["action"] == "alloc"]
+    # Python frames of the allocating code
+    assert any(f["name"] == "allocate_for_the_snapshot" for e in allocs for f in e["frames"])
+    # the blocks of live tensors, with their frames, inside segments
+    live = {t.data_ptr() for t in keep}
+    blocks = [b for s in snap["segments"] for b in s["blocks"] if b["state"] == "active_allocated"]
+    assert live <= {b["address"] for b in blocks}
+    for s in snap["segments"]:
+        assert s["total_size"] == sum(b["size"] for b in s["blocks"])
+    # PyTorch's own tools read it: the segment summary checks the accounting,
+    # the trace printout follows the events, trace_plot makes the HTML page
+    summary = _memory_viz.segsum(snap)
+    assert "total_reserved" in summary
+    assert "entries" in _memory_viz.trace(snap)
+    html = _memory_viz.trace_plot(snap)
+    assert "<html>" in html and "snapshot.pickle" in html
+    (tmp_path / "trace.html").write_text(html)
+    (tmp_path / "segments.html").write_text(_memory_viz.segment_plot(snap))
+    del keep
+
+
+def test_memory_history_records_segments_and_ooms():
+    torch.mtia.empty_cache()
+    torch.mtia.record_memory_history("all")
+    try:
+        t = torch.empty(1 << 20, device="mtia")
+        del t
+        torch.mtia.empty_cache()
+        try:
+            torch.empty(1 << 40, device="mtia")
+        except torch.OutOfMemoryError:
+            pass
+        snap = torch.mtia.snapshot()
+    finally:
+        torch.mtia.record_memory_history(None)
+    actions = [e["action"] for e in snap["device_traces"][0]]
+    assert "segment_alloc" in actions and "segment_free" in actions and "oom" in actions
+    oom = next(e for e in snap["device_traces"][0] if e["action"] == "oom")
+    assert oom["size"] == 4 << 40 and oom["device_free"] > 0

@@ -1,5 +1,6 @@
 // Device allocator (a c10::DeviceAllocator over the runtime's caching allocator),
 // pinned host allocator, result placement for tasks, and device-memory helpers.
+#include <ATen/core/CachingHostAllocator.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/CachingDeviceAllocator.h>
 
@@ -127,18 +128,36 @@ struct MTIAAllocator final : public c10::DeviceAllocator {
 
 MTIAAllocator g_device_allocator;
 
-void freePinned(void* p) { omr::hostFreePinned(p); }
-
-struct PinnedAllocator final : public c10::Allocator {
-  c10::DataPtr allocate(size_t n) override {
-    void* p = n ? OMR_CALL(omr::hostMallocPinned(n)) : nullptr;
-    return c10::DataPtr(p, p, &freePinned, c10::Device(c10::kCPU));
-  }
-  c10::DeleterFnPtr raw_deleter() const override { return &freePinned; }
-  void copy_data(void* dst, const void* src, std::size_t count) const override { std::memcpy(dst, src, count); }
+// Pinned host memory: PyTorch's caching host allocator (the one CUDA's builds
+// on) over the runtime's pinned allocations. A freed block is reused only
+// after every stream that used it (record_event, called by non_blocking
+// copies) has passed an event recorded at the free.
+struct PinnedEvent {
+  std::unique_ptr<omr::Event, void (*)(omr::Event*)> event{nullptr, &omr::eventDestroy};
 };
 
-PinnedAllocator g_pinned_allocator;
+struct MTIAHostAllocatorImpl final : public at::CachingHostAllocatorImpl<c10::Stream, PinnedEvent> {
+ private:
+  void allocate_host_memory(size_t size, void** ptr) override { *ptr = OMR_CALL(omr::hostMallocPinned(size)); }
+  void free_block(at::HostBlock<c10::Stream>* block) override { omr::hostFreePinned(block->ptr_); }
+  void record_stream(std::optional<std::vector<PinnedEvent>>& events, c10::Stream stream) override {
+    PinnedEvent e;
+    e.event.reset(OMR_CALL(omr::eventCreate(false)));
+    OMR_CALL(omr::eventRecord(e.event.get(), stream.device_index(), streamId(stream)));
+    events->push_back(std::move(e));
+  }
+  bool query_event(PinnedEvent& e) override { return OMR_CALL(omr::eventQuery(e.event.get())); }
+  c10::Stream get_current_stream() const override { return currentStream(currentDevice()); }
+  bool stream_is_capturing(c10::Stream) const override { return false; }
+};
+
+void freePinnedBlock(void* ctx);
+struct MTIAHostAllocator final : public at::CachingHostAllocatorInterface<MTIAHostAllocatorImpl, freePinnedBlock> {};
+MTIAHostAllocator& pinnedHost() {  // never destroyed: pinned tensors may outlive static destructors
+  static auto* a = new MTIAHostAllocator();
+  return *a;
+}
+void freePinnedBlock(void* ctx) { pinnedHost().free(ctx); }
 
 struct HostLabelledDeviceAllocator final : public c10::Allocator {
   c10::DeviceIndex device = 0;
@@ -214,7 +233,7 @@ ResultPlacement::ResultPlacement(std::vector<Slot> slots) : slots_(std::move(slo
 ResultPlacement::~ResultPlacement() { t_slots = saved_; }
 
 c10::DeviceAllocator* deviceAllocator() { return &g_device_allocator; }
-c10::Allocator* pinnedAllocator() { return &g_pinned_allocator; }
+c10::Allocator* pinnedAllocator() { return &pinnedHost(); }
 
 c10::Allocator* hostLabelledDeviceAllocator(c10::DeviceIndex device) {
   static HostLabelledDeviceAllocator allocators[omr::kMaxDevices];
@@ -261,5 +280,11 @@ at::Tensor hostView(const at::Tensor& t) {
 bool isDense(const at::Tensor& t) { return t.is_non_overlapping_and_dense() && !t.is_conj() && !t.is_neg(); }
 
 REGISTER_ALLOCATOR(c10::DeviceType::MTIA, &g_device_allocator);
+REGISTER_HOST_ALLOCATOR(c10::DeviceType::MTIA, &pinnedHost());
+
+void recordPinnedUse(const at::Tensor& host, c10::Stream stream) {
+  const c10::DataPtr& dp = host.storage().data_ptr();
+  pinnedHost().record_event(dp.get(), dp.get_context(), stream);
+}
 
 }  // namespace openmtia

@@ -56,6 +56,9 @@ void launchCopyKernel(const at::Tensor& dst, const at::Tensor& src, const char* 
 // ---- allocators
 c10::DeviceAllocator* deviceAllocator();
 c10::Allocator* pinnedAllocator();
+// A non_blocking copy used this pinned tensor on `stream`: its block is not
+// reused before the stream passes the point where it is freed.
+void recordPinnedUse(const at::Tensor& host, c10::Stream stream);
 // An allocator that allocates device memory of `device` but labels the
 // DataPtr as CPU: used to let host kernels resize device-backed storages.
 c10::Allocator* hostLabelledDeviceAllocator(c10::DeviceIndex device);

@@ -71,7 +71,8 @@ void copyHostToDevice(const at::Tensor& dst, const at::Tensor& src, bool non_blo
   auto stream = streamId(currentStream(dev));
   at::Tensor target = sameLayout(dst, hs) ? dst : emptyDeviceLike(hs, hs.scalar_type(), dev, true);
   enqueueMemcpy(target, hs, omr::CopyKind::kHostToDevice, dev, stream);
-  if (!async) syncCurrentStream(dev);  // pageable memory: return once the source was consumed
+  if (async) recordPinnedUse(hs, currentStream(dev));
+  else syncCurrentStream(dev);  // pageable memory: return once the source was consumed
   if (!target.is_same(dst)) launchCopyKernel(dst, target);
 }
 
@@ -84,7 +85,10 @@ void copyDeviceToHost(const at::Tensor& dst, const at::Tensor& src, bool non_blo
   auto stream = streamId(currentStream(dev));
   at::Tensor target = direct ? dst : at::empty_strided(ds.sizes(), ds.strides(), ds.options().device(c10::kCPU));
   enqueueMemcpy(target, ds, omr::CopyKind::kDeviceToHost, dev, stream);
-  if (async) return;
+  if (async) {
+    recordPinnedUse(target, currentStream(dev));
+    return;
+  }
   syncCurrentStream(dev);
   if (!direct) dst.copy_(target);
 }

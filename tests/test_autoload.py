@@ -65,3 +65,17 @@ def test_small_device_memory_gives_oom():
               "print(torch.empty(1 << 20, dtype=torch.uint8, device='mtia').numel())",
               OPENMTIA_DEVICE_MEMORY="1.5M")
     assert out == f"oom\n{1 << 20}"
+
+
+def test_alloc_conf_caps_the_process_share_and_rejects_bad_entries():
+    out = run("import torch\n"
+              "try:\n    torch.empty(600 << 20, dtype=torch.uint8, device='mtia')\n"
+              "except torch.OutOfMemoryError as e:\n    print('oom', 'memory fraction' in str(e))\n"
+              "print(torch.empty(300 << 20, dtype=torch.uint8, device='mtia').numel() == 300 << 20)",
+              OPENMTIA_DEVICE_MEMORY="1G", OPENMTIA_ALLOC_CONF="per_process_memory_fraction:0.5,max_split_size_mb:64")
+    assert out == "oom True\nTrue"
+    out = run("import torch\n"
+              "try:\n    torch.empty(1, device='mtia')\n"
+              "except RuntimeError as e:\n    print(str(e).splitlines()[0])",
+              OPENMTIA_ALLOC_CONF="max_split_size_mb:lots")
+    assert "OPENMTIA_ALLOC_CONF: bad entry 'max_split_size_mb:lots'" in out

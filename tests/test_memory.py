@@ -106,3 +106,31 @@ def test_memory_history_records_segments_and_ooms():
     assert "segment_alloc" in actions and "segment_free" in actions and "oom" in actions
     oom = next(e for e in snap["device_traces"][0] if e["action"] == "oom")
     assert oom["size"] == 4 << 40 and oom["device_free"] > 0
+
+
+def test_pinned_blocks_are_cached_and_reused_only_after_the_copy_completed():
+    import openmtia
+    torch.accelerator.empty_host_cache()
+    x = torch.randn(4096).pin_memory()
+    ptr = x.data_ptr()
+    del x
+    y = torch.empty(4096, pin_memory=True)
+    assert y.data_ptr() == ptr  # the cached block
+    y.fill_(1.0)
+    gate = openmtia._C._launch_blocking_task(0)
+    d = y.to("mtia", non_blocking=True)  # waits behind the held stream
+    del y
+    z = torch.empty(4096, pin_memory=True)
+    zptr = z.data_ptr()
+    assert zptr != ptr  # not while the copy may still read it
+    z.fill_(2.0)
+    gate.release()
+    torch.mtia.synchronize()
+    assert torch.equal(d.cpu(), torch.ones(4096))
+    del z
+    torch.mtia.synchronize()  # the stream passes the event recorded when y was freed
+    w1 = torch.empty(4096, pin_memory=True)
+    w2 = torch.empty(4096, pin_memory=True)
+    assert {w1.data_ptr(), w2.data_ptr()} == {ptr, zptr}  # both blocks reused, no new pinned memory
+    del w1, w2
+    torch.accelerator.empty_host_cache()

@@ -62,7 +62,7 @@ c10::DataPtr allocateOn(c10::DeviceIndex device, size_t n) {
   auto context = allocationContext();  // stack frames, when memory history records them
   void* p;
   try {
-    p = cacheOf(device).malloc(n, stream);
+    p = cacheOf(device).malloc(n, allocationPoolKey(device, stream));
   } catch (const omr::OutOfMemoryError& e) {
     size_t free_b = 0, total = 0;
     omr::memGetInfo(device, &free_b, &total);

@@ -101,14 +101,42 @@ void ensureStorageFits(const at::Tensor& t);  // non-overlapping and dense, no c
 // ---- generators
 const at::Generator& defaultGenerator(c10::DeviceIndex index);
 at::Generator newGenerator(c10::DeviceIndex index);
+// The random draws of a captured graph: per generator, how many offsets one
+// replay takes, and (set by a task at each replay) where they start.
+struct GraphRng {
+  std::vector<at::Generator> generators;
+  std::vector<uint64_t> counts;
+  std::vector<uint64_t> seeds, bases;
+};
 // One random op's share of an mtia generator: drawn on the host when the op
 // is issued (in program order), turned into a private host engine by its task.
+// Captured in a graph, its offset is relative to the replay's base.
 struct RandomDraw {
   uint64_t seed = 0, offset = 0;
+  std::shared_ptr<GraphRng> graph;
+  size_t slot = 0;
   at::Generator engine() const;  // a CPU generator for the CPU kernel
 };
 // Draws from an mtia generator (raises for a generator of another device type).
 RandomDraw drawRandom(const at::Generator& mtia_gen);
+// Advances an mtia generator by n offsets; returns the first.
+uint64_t reserveRandomOffsets(const at::Generator& mtia_gen, uint64_t n);
+
+// ---- graphs (graphs.cpp)
+int64_t graphCreate(bool keep_graph);
+void graphDestroy(int64_t handle);
+void graphCaptureBegin(int64_t handle, c10::MempoolId_t pool);
+void graphCaptureEnd(int64_t handle);
+void graphInstantiate(int64_t handle);
+void graphReplay(int64_t handle);
+void graphReset(int64_t handle);
+c10::MempoolId_t graphPool(int64_t handle);
+c10::MempoolId_t graphPoolHandle();
+// The random draws of the graph capturing on device's current stream, if any.
+std::shared_ptr<GraphRng> capturingRng(c10::DeviceIndex device);
+// The caching allocator's pool for an allocation on `stream`: the stream's
+// own, or the pool of the graph capturing on it.
+omr::StreamId allocationPoolKey(c10::DeviceIndex device, omr::StreamId stream);
 
 // Runs fn with the GIL released if this thread holds it (python.cpp).
 void withoutGil(const std::function<void()>& fn);

@@ -64,6 +64,12 @@ struct MTIAGeneratorImpl final : public c10::GeneratorImpl {
     std::lock_guard<std::mutex> lk(mutex_);
     return {seed_, offset_++};
   }
+  uint64_t reserve(uint64_t n) {
+    std::lock_guard<std::mutex> lk(mutex_);
+    uint64_t first = offset_;
+    offset_ += n;
+    return first;
+  }
 
  private:
   MTIAGeneratorImpl* clone_impl() const override {
@@ -88,9 +94,9 @@ uint64_t splitmix64(uint64_t& x) {
 at::Generator RandomDraw::engine() const {
   // a full mt19937 state from (seed, offset): distinct draws get unrelated
   // streams (seeding by a 32-bit value would repeat them)
-  uint64_t x = seed;
+  uint64_t x = graph ? graph->seeds[slot] : seed;
   uint64_t mixed = splitmix64(x);
-  x = mixed ^ offset;
+  x = mixed ^ (graph ? graph->bases[slot] + offset : offset);
   at::mt19937 e;
   at::mt19937_data_pod pod = e.data();
   for (auto& word : pod.state_) word = static_cast<uint32_t>(splitmix64(x) >> 32);
@@ -123,7 +129,27 @@ at::Generator newGenerator(c10::DeviceIndex index) {
 RandomDraw drawRandom(const at::Generator& gen) {
   TORCH_CHECK(gen.device().type() == kMTIA, "Expected a 'mtia' device type for generator but found '",
               gen.device().type(), "'");
+  if (auto rng = capturingRng(gen.device().index())) {  // captured: an offset within each replay's share
+    size_t slot = 0;
+    while (slot < rng->generators.size() &&
+           rng->generators[slot].unsafeGetGeneratorImpl() != gen.unsafeGetGeneratorImpl())
+      ++slot;
+    if (slot == rng->generators.size()) {
+      rng->generators.push_back(gen);
+      rng->counts.push_back(0);
+    }
+    RandomDraw d;
+    d.seed = gen.current_seed();
+    d.offset = rng->counts[slot]++;
+    d.graph = rng;
+    d.slot = slot;
+    return d;
+  }
   return gen.get<MTIAGeneratorImpl>()->draw();
+}
+
+uint64_t reserveRandomOffsets(const at::Generator& gen, uint64_t n) {
+  return gen.get<MTIAGeneratorImpl>()->reserve(n);
 }
 
 namespace {

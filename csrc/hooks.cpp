@@ -120,6 +120,17 @@ struct MTIAHooks final : public at::MTIAHooksInterface {
     return d.release().ptr();
   }
   void emptyCache() const override { deviceAllocator()->emptyCache({0, 0}); }
+  int64_t mtiagraphCreate(bool keep_graph) const override { return graphCreate(keep_graph); }
+  void mtiagraphDestroy(int64_t handle) const override { graphDestroy(handle); }
+  void mtiagraphCaptureBegin(int64_t handle, c10::MempoolId_t pool) const override {
+    graphCaptureBegin(handle, pool);
+  }
+  void mtiagraphCaptureEnd(int64_t handle) const override { graphCaptureEnd(handle); }
+  void mtiagraphInstantiate(int64_t handle) const override { graphInstantiate(handle); }
+  void mtiagraphReplay(int64_t handle) const override { graphReplay(handle); }
+  void mtiagraphReset(int64_t handle) const override { graphReset(handle); }
+  c10::MempoolId_t mtiagraphPool(int64_t handle) const override { return graphPool(handle); }
+  c10::MempoolId_t graphPoolHandle() const override { return openmtia::graphPoolHandle(); }
   void recordMemoryHistory(const std::optional<std::string>& enabled, const std::string& stacks,
                            size_t max_entries) const override {
     openmtia::recordMemoryHistory(enabled, stacks, max_entries);

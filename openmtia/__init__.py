@@ -23,6 +23,26 @@ from . import _C  # noqa: E402  registers hooks, guard, allocator, kernels and f
 # torch.mtia reads its per-device default generators from this tuple.
 torch.mtia.default_generators = _C._default_generators()
 
+
+
+def _capture_on_a_dedicated_stream():
+    # torch.mtia.graph captures on graph.default_capture_stream, which torch
+    # sets to the current stream at first use: usually the default stream, on
+    # which capture is not permitted (as on CUDA). openmtia documents a
+    # dedicated capture stream instead: a stream of the pool, made at first use.
+    graph_cls = torch.mtia.graph
+    init = graph_cls.__init__
+
+    def __init__(self, mtia_graph, pool=None, stream=None):
+        if type(self).default_capture_stream is None:
+            type(self).default_capture_stream = torch.mtia.Stream()
+        init(self, mtia_graph, pool, stream)
+
+    graph_cls.__init__ = __init__
+
+
+_capture_on_a_dedicated_stream()
+
 __all__ = ["device_memory_info"]
 
 

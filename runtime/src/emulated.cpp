@@ -62,6 +62,10 @@ struct EventState {
   Clock::time_point time;   // when the last record was reached
 };
 
+struct GraphTasks {
+  std::vector<std::pair<std::string, Task>> tasks;
+};
+
 struct Stream {
   int device = 0;
   StreamId id = 0;
@@ -82,7 +86,15 @@ struct Stream {
   std::atomic<int> waiters{0};             // threads in waitFor()
   std::string error_task, error_msg;  // first failure not yet reported
   bool has_error = false;
+  std::shared_ptr<struct GraphTasks> capture;  // under mu: the graph being captured, if any
   std::thread worker;
+
+  void checkNotCapturing(const char* what) {
+    std::lock_guard<std::mutex> lk(mu);
+    if (capture)
+      throw Error(ErrorCode::kCapturing, std::string(what) + " is not permitted while mtia:" + std::to_string(device) +
+                                             " stream " + std::to_string(id) + " is being captured into a graph");
+  }
 
   void start() {
     worker = std::thread([this] {
@@ -200,6 +212,7 @@ struct Stream {
                               ": " + msg);
   }
   void synchronize() {
+    checkNotCapturing("synchronizing");
     uint64_t seq;
     {
       std::lock_guard<std::mutex> lk(mu);
@@ -451,6 +464,13 @@ StreamId streamFromPool(int device, int priority) {
 
 void launch(int device, StreamId stream, std::string name, Task task) {
   Stream& s = getStream(device, stream);
+  {
+    std::lock_guard<std::mutex> lk(s.mu);
+    if (s.capture) {  // recorded, not run
+      s.capture->tasks.emplace_back(std::move(name), std::move(task));
+      return;
+    }
+  }
   s.push(std::move(name), std::move(task));
   if (Runtime::get().launch_blocking) s.synchronize();  // raise at the failing task
 }
@@ -459,6 +479,7 @@ bool launchBlocking() { return Runtime::get().launch_blocking; }
 
 bool streamQuery(int device, StreamId stream) {
   Stream& s = getStream(device, stream);
+  s.checkNotCapturing("querying");
   bool idle;
   {
     std::lock_guard<std::mutex> lk(s.mu);
@@ -472,6 +493,7 @@ void streamSynchronize(int device, StreamId stream) { getStream(device, stream).
 
 void deviceSynchronize(int device) {
   auto streams = Runtime::get().device(device).startedStreams();
+  for (Stream* s : streams) s->checkNotCapturing("synchronizing the device");
   for (Stream* s : streams) {
     uint64_t seq;
     {
@@ -498,6 +520,7 @@ void eventDestroy(Event* event) { delete event; }
 
 void eventRecord(Event* event, int device, StreamId stream) {
   Stream& s = getStream(device, stream);
+  s.checkNotCapturing("recording an event");
   std::shared_ptr<EventState> st = event->st;
   std::lock_guard<std::mutex> lk(st->mu);
   uint64_t version = ++st->version;
@@ -598,5 +621,49 @@ void memcpyAsync(void* dst, const void* src, size_t bytes, CopyKind kind, int de
   if (bytes == 0) return;
   launch(device, stream, "memcpy", [dst, src, bytes] { std::memcpy(dst, src, bytes); });
 }
+
+struct Graph {
+  std::shared_ptr<GraphTasks> tasks = std::make_shared<GraphTasks>();
+};
+
+Graph* graphCreate() { return new Graph(); }
+
+void graphDestroy(Graph* graph) { delete graph; }
+
+void streamBeginCapture(int device, StreamId stream, Graph* graph) {
+  Stream& s = getStream(device, stream);
+  std::lock_guard<std::mutex> lk(s.mu);
+  if (s.capture) throw Error(ErrorCode::kCapturing, "mtia stream " + std::to_string(stream) + " is already capturing");
+  s.capture = graph->tasks;
+}
+
+void streamEndCapture(int device, StreamId stream) {
+  Stream& s = getStream(device, stream);
+  std::lock_guard<std::mutex> lk(s.mu);
+  if (!s.capture) throw Error(ErrorCode::kInvalidValue, "mtia stream " + std::to_string(stream) + " is not capturing");
+  s.capture.reset();
+}
+
+bool streamIsCapturing(int device, StreamId stream) {
+  Stream& s = getStream(device, stream);
+  std::lock_guard<std::mutex> lk(s.mu);
+  return s.capture != nullptr;
+}
+
+size_t graphTaskCount(const Graph* graph) { return graph->tasks->tasks.size(); }
+
+void graphLaunch(Graph* graph, int device, StreamId stream) {
+  launch(device, stream, "graph", [tasks = graph->tasks] {
+    for (auto& [name, task] : tasks->tasks) {
+      try {
+        task();
+      } catch (const std::exception& e) {
+        throw Error(ErrorCode::kTaskFailed, "in graph task '" + name + "': " + e.what());
+      }
+    }
+  });
+}
+
+void graphClear(Graph* graph) { graph->tasks = std::make_shared<GraphTasks>(); }
 
 }  // namespace omr

@@ -20,6 +20,7 @@ enum class ErrorCode {
   kInvalidDevice,  // device index out of range
   kInvalidValue,   // bad argument (unknown stream, pointer not owned, ...)
   kTaskFailed,     // an asynchronous task failed; reported at a sync point
+  kCapturing,      // not permitted while the stream is being captured into a graph
 };
 
 class Error : public std::runtime_error {
@@ -106,6 +107,21 @@ bool launchBlocking();
 bool streamQuery(int device, StreamId stream);
 void streamSynchronize(int device, StreamId stream);
 void deviceSynchronize(int device);  // all streams of the device
+
+// ---------------------------------------------------------------- graphs
+// While a stream is captured, tasks launched on it are recorded into a graph
+// instead of running; synchronizing or querying it, or recording an event on
+// it, raises kCapturing. A launched graph runs its tasks in order, as one task
+// of the stream it is launched on; its tasks must be re-runnable.
+struct Graph;  // opaque
+Graph* graphCreate();
+void graphDestroy(Graph* graph);  // destroys the recorded tasks on the calling thread
+void streamBeginCapture(int device, StreamId stream, Graph* graph);
+void streamEndCapture(int device, StreamId stream);
+bool streamIsCapturing(int device, StreamId stream);
+size_t graphTaskCount(const Graph* graph);
+void graphLaunch(Graph* graph, int device, StreamId stream);
+void graphClear(Graph* graph);  // drops the recorded tasks
 
 // ---------------------------------------------------------------- events
 struct Event;  // opaque

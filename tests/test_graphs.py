@@ -1,0 +1,161 @@
+"""torch.mtia.MTIAGraph: capture, replay, the rules a graph API enforces, RNG."""
+import pytest
+import torch
+
+F = torch.nn.functional
+
+
+def capture(fn, pool=None):
+    g = torch.mtia.MTIAGraph()
+    with torch.mtia.graph(g, pool=pool):
+        out = fn()
+    g.instantiate()
+    return g, out
+
+
+def test_capture_records_instead_of_running_and_replay_reruns_on_new_data():
+    x = torch.ones(64, device="mtia")
+    fn = lambda: (x * 2 + 1).sum()  # noqa: E731
+    fn()  # warm up the plans
+    torch.mtia.synchronize()
+    g, y = capture(fn)
+    addr = y.data_ptr()
+    x.fill_(5.0)
+    g.replay()
+    assert y.item() == 64 * 11
+    x.fill_(-1.0)
+    g.replay()
+    assert y.item() == -64 and y.data_ptr() == addr  # same device addresses across replays
+    g.reset()
+
+
+def test_replay_before_capture_end_or_instantiate_is_an_error():
+    g = torch.mtia.MTIAGraph()
+    with pytest.raises(RuntimeError, match="replay before the capture ended"):
+        g.replay()
+    x = torch.ones(4, device="mtia")
+    with torch.mtia.graph(g):
+        x.add_(1)
+    with pytest.raises(RuntimeError, match="replay before instantiate"):
+        g.replay()
+    g.instantiate()
+    g.replay()
+    assert torch.equal(x.cpu(), torch.full((4,), 2.0))  # capture ran nothing; one replay ran once
+
+
+def test_capture_on_the_default_stream_is_an_error():
+    g = torch.mtia.MTIAGraph()
+    with torch.mtia.stream(torch.mtia.default_stream()):
+        with pytest.raises(RuntimeError, match="non-default stream"):
+            g.capture_begin((0, 0))
+
+
+@pytest.mark.parametrize("what", ["synchronize", "item", "pageable copy"])
+def test_synchronizing_while_capturing_is_an_error_and_the_device_recovers(what):
+    x = torch.ones(8, device="mtia")
+    (x * 3).sum()
+    torch.mtia.synchronize()
+    g = torch.mtia.MTIAGraph()
+    s = torch.mtia.Stream()
+    with torch.mtia.stream(s):
+        g.capture_begin((0, 0))
+        try:
+            y = x * 3
+            with pytest.raises(RuntimeError, match="not permitted while .* is being captured"):
+                if what == "synchronize":
+                    torch.mtia.synchronize()
+                elif what == "item":
+                    y.sum().item()
+                else:
+                    y.cpu()
+        finally:
+            g.capture_end()
+    g.reset()
+    assert (x * 3).sum().item() == 24
+
+
+def test_random_ops_give_new_values_per_replay_reproducibly():
+    static = torch.empty(100, device="mtia")
+    static.normal_()
+    torch.mtia.synchronize()
+    g, _ = capture(lambda: static.normal_())
+
+    def replays():
+        torch.mtia.manual_seed(3)
+        out = []
+        for _ in range(3):
+            g.replay()
+            out.append(static.cpu())
+        return out
+    first, again = replays(), replays()
+    assert not torch.equal(first[0], first[1]) and not torch.equal(first[1], first[2])
+    for a, b in zip(first, again):
+        assert torch.equal(a, b)
+    # a replay takes from the generator what the eager op takes: replay then
+    # an eager draw equals running both eagerly
+    torch.mtia.manual_seed(3)
+    g.replay()
+    replayed, after = static.cpu(), torch.randn(100, device="mtia").cpu()
+    torch.mtia.manual_seed(3)
+    static.normal_()
+    assert torch.equal(static.cpu(), replayed)
+    assert torch.equal(torch.randn(100, device="mtia").cpu(), after)
+
+
+def test_tensors_allocated_while_capturing_come_from_the_graph_pool():
+    x = torch.ones(1000, device="mtia")
+    (x + 1) * 2
+    torch.mtia.synchronize()
+    g, y = capture(lambda: (x + 1) * 2)
+    pool = g.pool()
+    assert pool != (0, 0)
+    other = torch.empty(1000, device="mtia")  # not from the graph's pool
+    assert other.data_ptr() != y.data_ptr()
+    h = torch.mtia.graph_pool_handle()
+    g2, y2 = capture(lambda: x * 5, pool=h)
+    assert g2.pool() == h
+    g2.replay()
+    assert torch.equal(y2.cpu(), torch.full((1000,), 5.0))
+    g.reset()
+    g2.reset()
+
+
+def test_mlp_training_step_replays_equal_eager_steps():
+    steps, warmup = 8, 3
+    data = [(torch.randn(16, 12), torch.randn(16, 4)) for _ in range(steps)]
+
+    def make():
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(12, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4)).to("mtia")
+        return model, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+
+    def step(model, opt, x, y):
+        loss = F.mse_loss(model(x), y)
+        opt.zero_grad(set_to_none=False)
+        loss.backward()
+        opt.step()
+        return loss
+
+    model, opt = make()
+    eager = [step(model, opt, x.to("mtia"), y.to("mtia")).item() for x, y in data]
+    eager_params = [p.detach().cpu() for p in model.parameters()]
+
+    model, opt = make()
+    sx, sy = torch.empty(16, 12, device="mtia"), torch.empty(16, 4, device="mtia")
+    side = torch.mtia.Stream()
+    losses = []
+    with torch.mtia.stream(side):  # warm-up steps, eager, on a side stream (as for CUDA graphs)
+        for x, y in data[:warmup]:
+            sx.copy_(x)
+            sy.copy_(y)
+            losses.append(step(model, opt, sx, sy).item())
+    g, static_loss = capture(lambda: step(model, opt, sx, sy))
+    for x, y in data[warmup:]:
+        sx.copy_(x)
+        sy.copy_(y)
+        g.replay()
+        losses.append(static_loss.item())
+    assert losses == pytest.approx(eager, rel=1e-6, abs=1e-7)
+    for p, e in zip(model.parameters(), eager_params):
+        torch.testing.assert_close(p.detach().cpu(), e, rtol=1e-6, atol=1e-7)
+    g.reset()

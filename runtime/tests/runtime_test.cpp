@@ -275,3 +275,42 @@ TEST(Streams, CapturesAreReleasedOnTheHost) {
   omr::streamSynchronize(0, s);
   EXPECT_EQ(released, std::this_thread::get_id());
 }
+
+TEST(Graphs, CaptureRecordsAndLaunchReplays) {
+  omr::StreamId s = omr::streamFromPool(0, 0);
+  omr::Graph* g = omr::graphCreate();
+  std::vector<int> order;
+  omr::streamBeginCapture(0, s, g);
+  EXPECT_TRUE(omr::streamIsCapturing(0, s));
+  omr::launch(0, s, "a", [&] { order.push_back(1); });
+  omr::launch(0, s, "b", [&] { order.push_back(2); });
+  EXPECT_THROW(omr::streamSynchronize(0, s), omr::Error);  // not while capturing
+  EXPECT_THROW(omr::streamQuery(0, s), omr::Error);
+  EXPECT_THROW(omr::deviceSynchronize(0), omr::Error);
+  omr::streamEndCapture(0, s);
+  EXPECT_EQ(omr::graphTaskCount(g), 2u);
+  omr::streamSynchronize(0, s);
+  EXPECT_TRUE(order.empty());  // recorded, not run
+  omr::graphLaunch(g, 0, s);
+  omr::graphLaunch(g, 0, s);
+  omr::streamSynchronize(0, s);
+  EXPECT_EQ(order, (std::vector<int>{1, 2, 1, 2}));
+  omr::graphDestroy(g);
+}
+
+TEST(Graphs, AFailingGraphTaskIsReportedWithItsName) {
+  omr::StreamId s = omr::streamFromPool(0, 0);
+  omr::Graph* g = omr::graphCreate();
+  omr::streamBeginCapture(0, s, g);
+  omr::launch(0, s, "bad_kernel", [] { throw std::runtime_error("boom"); });
+  omr::streamEndCapture(0, s);
+  omr::graphLaunch(g, 0, s);
+  try {
+    omr::streamSynchronize(0, s);
+    FAIL() << "expected the task error";
+  } catch (const omr::TaskError& e) {
+    EXPECT_NE(std::string(e.what()).find("bad_kernel"), std::string::npos) << e.what();
+  }
+  omr::streamSynchronize(0, s);  // reported once
+  omr::graphDestroy(g);
+}

@@ -725,16 +725,17 @@ class AsyncCall {
       for (auto& [slot, out] : outs) args.emplace_back(out);
       launchOnCurrentStream(device_, schema.name().c_str(),
                             [op = *plan->out_op, host = std::move(args), draws = std::move(draws)]() {
-                              std::vector<c10::IValue> stack = callStack(host, draws);
+                              std::vector<c10::IValue>& stack = callStack(host, draws);
                               at::AutoDispatchBelowADInplaceOrView below_autograd;
                               op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &stack);
+                              stack.clear();  // the task still holds what it references
                             });
     } else {
       auto op = op_;
       launchOnCurrentStream(
           device_, schema.name().c_str(),
           [op, host = std::move(args), outs = std::move(outs), draws = std::move(draws)]() mutable {
-            std::vector<c10::IValue> stack = callStack(host, draws);
+            std::vector<c10::IValue>& stack = callStack(host, draws);
             std::vector<ResultPlacement::Slot> slots;
             for (auto& [slot, out] : outs)
               if (out.numel() > 0) slots.push_back({out.data_ptr(), out.storage().nbytes()});
@@ -745,6 +746,7 @@ class AsyncCall {
               op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &stack);
             }
             takeResults(op, stack, outs);
+            stack.clear();
           });
     }
     stack_->erase(stack_->begin() + first, stack_->end());
@@ -880,11 +882,12 @@ class AsyncCall {
   // boxed call consumes the stack; the task keeps its own references, so
   // objects the host made are freed by the host (with the task), not by the
   // worker (memory freed across threads contends for the allocator's locks).
-  static std::vector<c10::IValue> callStack(const std::vector<c10::IValue>& args,
-                                            const std::vector<std::pair<size_t, RandomDraw>>& draws) {
-    std::vector<c10::IValue> stack;
-    stack.reserve(args.capacity());
-    stack.assign(args.begin(), args.end());
+  // The vector is the worker thread's own, reused: no allocation per task.
+  static std::vector<c10::IValue>& callStack(const std::vector<c10::IValue>& args,
+                                             const std::vector<std::pair<size_t, RandomDraw>>& draws) {
+    thread_local std::vector<c10::IValue> stack;
+    stack.clear();
+    stack.insert(stack.end(), args.begin(), args.end());
     for (const auto& [i, d] : draws) stack[i] = d.engine();
     return stack;
   }

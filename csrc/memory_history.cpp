@@ -115,14 +115,14 @@ void recordOom(c10::DeviceIndex device, size_t requested, size_t device_free) {
 void recordMemoryHistory(const std::optional<std::string>& enabled, const std::string& stacks, size_t max_entries) {
   TORCH_CHECK(!enabled || *enabled == "all" || *enabled == "state",
               "record_memory_history: enabled must be None, 'state' or 'all', got '", *enabled, "'");
-  TORCH_CHECK(stacks == "python" || stacks == "all",
-              "record_memory_history: stacks must be 'python' or 'all', got '", stacks, "'");
+  TORCH_CHECK(stacks == "python" || stacks == "cpp" || stacks == "all",
+              "record_memory_history: stacks must be 'python', 'cpp' or 'all', got '", stacks, "'");
   History& h = history();
   {
     std::lock_guard<std::mutex> lk(h.mu);
     h.enabled = enabled.has_value();
-    h.python = h.enabled;
-    h.cpp = h.enabled && stacks == "all";
+    h.python = h.enabled && stacks != "cpp";
+    h.cpp = h.enabled && stacks != "python";
     h.max_entries = (enabled && *enabled == "state") ? 1 : max_entries;
     if (!h.enabled) {
       for (auto& t : h.traces) t.clear();

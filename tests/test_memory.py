@@ -54,6 +54,7 @@ def allocate_for_the_snapshot():
 
 def test_memory_snapshot_is_in_cuda_format_and_renders(tmp_path):
     from torch.cuda import _memory_viz
+    torch.mtia.init()  # torch.mtia.record_memory_history does nothing before mtia is initialized
     torch.mtia.record_memory_history("all", stacks="python")
     try:
         keep = allocate_for_the_snapshot()
@@ -89,8 +90,9 @@ def test_memory_snapshot_is_in_cuda_format_and_renders(tmp_path):
 
 
 def test_memory_history_records_segments_and_ooms():
+    torch.mtia.init()
     torch.mtia.empty_cache()
-    torch.mtia.record_memory_history("all")
+    torch.mtia.record_memory_history("all", stacks="all")  # Python and C++ frames
     try:
         t = torch.empty(1 << 20, device="mtia")
         del t
@@ -104,6 +106,10 @@ def test_memory_history_records_segments_and_ooms():
         torch.mtia.record_memory_history(None)
     actions = [e["action"] for e in snap["device_traces"][0]]
     assert "segment_alloc" in actions and "segment_free" in actions and "oom" in actions
+    alloc = next(e for e in snap["device_traces"][0] if e["action"] == "alloc")
+    names = [f["name"] for f in alloc["frames"]]
+    assert "test_memory_history_records_segments_and_ooms" in names  # Python
+    assert any("openmtia::" in n for n in names), names  # C++
     oom = next(e for e in snap["device_traces"][0] if e["action"] == "oom")
     assert oom["size"] == 4 << 40 and oom["device_free"] > 0
 

@@ -152,3 +152,19 @@ TEST(CachingAllocator, OversizeBlocksAreNotSplit) {
   a.free(small);
   a.emptyCache();
 }
+
+TEST(CachingAllocator, GarbageCollectionFreesCachedBlocksBeforeGrowing) {
+  size_t free_b = 0, total = 0;
+  omr::memGetInfo(0, &free_b, &total);
+  CacheConfig c;
+  c.memory_fraction = double(100 << 20) / total;  // a 100 MiB budget
+  c.gc_threshold = 0.5;                            // keep reservations under 50 MiB when possible
+  CachingAllocator a(0, c);
+  void* p = a.malloc(30 << 20, 0);
+  a.free(p);  // cached: 30 MiB reserved
+  void* q = a.malloc(40 << 20, 0);  // a new segment, and 30 + 40 > 50: the cached block goes first
+  EXPECT_EQ(a.stats().reserved_bytes[omr::kAggregatePool].current, 40 << 20);
+  EXPECT_EQ(a.stats().num_device_free, 1);
+  a.free(q);
+  a.emptyCache();
+}

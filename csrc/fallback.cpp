@@ -926,7 +926,12 @@ class AsyncCall {
   // A host view (which keeps the memory alive) of a device argument.
   at::Tensor hostTensor(const at::Tensor& t) {
     if (!t.defined()) return t;
-    if (t.device().type() == c10::kCPU) return t.clone();  // the host may change it before the task runs
+    if (t.device().type() == c10::kCPU) {  // the host may change it before the task runs
+      at::Tensor c = t.clone();
+      // a Python number stays one: it does not take part in type promotion
+      if (t.unsafeGetTensorImpl()->is_wrapped_number()) c.unsafeGetTensorImpl()->set_wrapped_number(true);
+      return c;
+    }
     c10::StorageImpl* si = t.storage().unsafeGetStorageImpl();
     auto it = host_storages_.find(si);
     if (it == host_storages_.end()) it = host_storages_.emplace(si, hostStorageOf(t.storage(), nullptr)).first;

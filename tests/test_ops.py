@@ -211,3 +211,12 @@ def test_losses_run_without_resize_warnings(recwarn):
             assert torch.allclose(fn(a, b).cpu(), fn(a.cpu(), b.cpu()))
     torch.mtia.synchronize()
     assert not [w for w in recwarn if "resized" in str(w.message)]
+
+
+def test_python_numbers_keep_their_type_promotion_in_async_ops():
+    # int64 * 1.1 computes in float32 on CPU (the number is a "wrapped number");
+    # run in float64 and then cast, the last bit differs
+    x = torch.tensor([16777217, 3, 123456789], dtype=torch.int64)
+    for _ in range(2):  # the first call of a signature and the asynchronous ones
+        assert torch.equal((x.to("mtia") * 1.1).cpu(), x * 1.1)
+        assert torch.equal((x.to("mtia") + 0.7).cpu(), x + 0.7)

@@ -12,6 +12,7 @@
 // the seed.
 #include <c10/core/DeviceGuard.h>
 
+#include <atomic>
 #include <mutex>
 #include <unordered_map>
 
@@ -44,6 +45,7 @@ struct Registry {
   uint64_t next_pool = 1;
   std::unordered_map<int64_t, GraphState> graphs;
   std::unordered_map<CaptureKey, int64_t, CaptureKeyHash> captures;  // capturing streams
+  std::atomic<size_t> num_captures{0};  // captures.size(), for the hot paths' lock-free check
 };
 
 Registry& registry() {
@@ -99,6 +101,7 @@ void graphDestroy(int64_t handle) {  // from a destructor: never throws
       } catch (const std::exception&) {
       }
       r.captures.erase({s.device, s.stream});
+      r.num_captures = r.captures.size();
     }
     g = s.graph;
     r.graphs.erase(it);
@@ -131,6 +134,7 @@ void graphCaptureBegin(int64_t handle, c10::MempoolId_t pool) {
   s.capturing = true;
   s.rng = std::make_shared<GraphRng>();
   r.captures[key] = handle;
+  r.num_captures = r.captures.size();
 }
 
 void graphCaptureEnd(int64_t handle) {
@@ -140,6 +144,7 @@ void graphCaptureEnd(int64_t handle) {
   TORCH_CHECK(s.capturing, "MTIAGraph: capture_end without capture_begin");
   OMR_CALL(omr::streamEndCapture(s.device, s.stream));
   r.captures.erase({s.device, s.stream});
+  r.num_captures = r.captures.size();
   s.capturing = false;
   s.captured = true;
 }
@@ -190,16 +195,16 @@ c10::MempoolId_t graphPool(int64_t handle) {
 
 std::shared_ptr<GraphRng> capturingRng(c10::DeviceIndex device) {
   Registry& r = registry();
+  if (r.num_captures.load() == 0) return nullptr;  // (every random op asks)
   std::lock_guard<std::mutex> lk(r.mu);
-  if (r.captures.empty()) return nullptr;
   auto it = r.captures.find({device, streamId(currentStream(device))});
   return it == r.captures.end() ? nullptr : graphOf(r, it->second).rng;
 }
 
 omr::StreamId allocationPoolKey(c10::DeviceIndex device, omr::StreamId stream) {
   Registry& r = registry();
+  if (r.num_captures.load() == 0) return stream;  // (every allocation asks)
   std::lock_guard<std::mutex> lk(r.mu);
-  if (r.captures.empty()) return stream;
   auto it = r.captures.find({device, stream});
   if (it == r.captures.end()) return stream;
   const c10::MempoolId_t& pool = graphOf(r, it->second).pool;

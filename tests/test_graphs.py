@@ -159,3 +159,21 @@ def test_mlp_training_step_replays_equal_eager_steps():
     for p, e in zip(model.parameters(), eager_params):
         torch.testing.assert_close(p.detach().cpu(), e, rtol=1e-6, atol=1e-7)
     g.reset()
+
+
+def test_graph_api_misuse_raises_clear_errors():
+    g = torch.mtia.MTIAGraph()
+    with pytest.raises(RuntimeError, match="capture_end without capture_begin"):
+        g.capture_end()
+    with pytest.raises(RuntimeError, match="instantiate before the capture ended"):
+        g.instantiate()
+    s = torch.mtia.Stream()
+    with torch.mtia.stream(s):
+        g.capture_begin((0, 0))
+        with pytest.raises(RuntimeError, match="reset while capturing"):
+            g.reset()
+        with pytest.raises(RuntimeError, match="already holds a capture"):
+            g.capture_begin((0, 0))
+        g.capture_end()
+    g.reset()
+    assert torch.ones(3, device="mtia").sum().item() == 3

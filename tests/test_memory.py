@@ -1,4 +1,5 @@
 """The caching device allocator: statistics, empty_cache, steady-state reuse."""
+import pytest
 import torch
 
 
@@ -140,3 +141,14 @@ def test_pinned_blocks_are_cached_and_reused_only_after_the_copy_completed():
     assert {w1.data_ptr(), w2.data_ptr()} == {ptr, zptr}  # both blocks reused, no new pinned memory
     del w1, w2
     torch.accelerator.empty_host_cache()
+
+
+def test_bad_memory_history_arguments_and_rng_states_raise():
+    torch.mtia.init()
+    with pytest.raises(RuntimeError, match="stacks must be"):
+        torch.mtia.record_memory_history("all", stacks="everything")
+    with pytest.raises(RuntimeError, match="enabled must be"):
+        torch.mtia.record_memory_history("sometimes")
+    with pytest.raises(RuntimeError, match="RNG state must be a torch.ByteTensor of 16 bytes"):
+        torch.mtia.set_rng_state(torch.zeros(5, dtype=torch.uint8))
+    assert torch.rand(2, device="mtia").shape == (2,)

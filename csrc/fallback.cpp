@@ -316,11 +316,12 @@ c10::Storage metaStorage(const c10::Storage& s) {
 // resized. Outputs' metadata depend only on the inputs' metadata and the
 // non-tensor arguments, so plans are cached by those: the Meta kernel (often
 // a Python function in torch._meta_registrations) runs once per signature.
-// A new plan of an op that is not structured is verified by the signature's
-// first call, which runs synchronously: the plan keeps the CPU kernel's result
-// dtypes and strides, and a signature whose Meta kernel disagrees with the CPU
-// kernel stays synchronous. (Structured ops' meta functions are shared with
-// their CPU kernels: their plans are used at once.)
+// A new plan of an op that is not structured is checked against the CPU
+// kernel (AsyncCall::dryRun, or the signature's first call run synchronously):
+// the plan keeps the CPU kernel's result dtypes and strides, and a signature
+// whose Meta kernel disagrees with the CPU kernel stays synchronous.
+// (Structured ops' meta functions are shared with their CPU kernels: their
+// plans are used at once.)
 struct Plan {
   bool async = false;
   struct Meta {

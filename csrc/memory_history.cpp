@@ -6,6 +6,7 @@
 #include <torch/csrc/profiler/combined_traceback.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include <atomic>
 #include <chrono>
 #include <deque>
 #include <mutex>
@@ -37,7 +38,7 @@ struct Entry {
 
 struct History {
   std::mutex mu;
-  bool enabled = false;
+  std::atomic<bool> enabled{false};  // read without the lock by every allocation and free
   bool python = false, cpp = false;
   size_t max_entries = 0;  // 0: unbounded
   std::vector<std::deque<Entry>> traces;  // per device
@@ -68,6 +69,7 @@ int64_t nowUs() {
 
 std::shared_ptr<c10::GatheredContext> allocationContext() {
   History& h = history();
+  if (!h.enabled.load(std::memory_order_relaxed)) return nullptr;
   bool python, cpp;
   {
     std::lock_guard<std::mutex> lk(h.mu);
@@ -81,6 +83,7 @@ std::shared_ptr<c10::GatheredContext> allocationContext() {
 void recordAlloc(c10::DeviceIndex device, void* ptr, size_t size, int64_t stream,
                  std::shared_ptr<c10::GatheredContext> context) {
   History& h = history();
+  if (!h.enabled.load(std::memory_order_relaxed)) return;
   std::lock_guard<std::mutex> lk(h.mu);
   if (!h.enabled) return;
   auto addr = reinterpret_cast<uintptr_t>(ptr);
@@ -90,6 +93,7 @@ void recordAlloc(c10::DeviceIndex device, void* ptr, size_t size, int64_t stream
 
 void recordFree(c10::DeviceIndex device, void* ptr, size_t size, int64_t stream) {
   History& h = history();
+  if (!h.enabled.load(std::memory_order_relaxed)) return;
   std::lock_guard<std::mutex> lk(h.mu);
   if (!h.enabled) return;
   auto addr = reinterpret_cast<uintptr_t>(ptr);
@@ -107,6 +111,7 @@ void recordFree(c10::DeviceIndex device, void* ptr, size_t size, int64_t stream)
 
 void recordOom(c10::DeviceIndex device, size_t requested, size_t device_free) {
   History& h = history();
+  if (!h.enabled.load(std::memory_order_relaxed)) return;
   std::lock_guard<std::mutex> lk(h.mu);
   if (!h.enabled) return;
   h.add(device, {"oom", 0, requested, 0, nowUs(), nullptr, device_free});

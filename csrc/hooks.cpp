@@ -75,7 +75,7 @@ struct MTIAHooks final : public at::MTIAHooksInterface {
     dram["num_ooms"] = m.num_ooms;
     out["dram"] = dram;
     const char* pools[] = {"all", "small_pool", "large_pool"};
-    auto put = [&](const char* name, const omr::Stat (&arr)[omr::kNumStatPools]) {
+    omr::forEachStatArray(m, [&](const char* name, const omr::Stat(&arr)[omr::kNumStatPools]) {
       for (int p = 0; p < omr::kNumStatPools; ++p) {
         std::string key = std::string(name) + "." + pools[p] + ".";
         out[py::str(key + "current")] = arr[p].current;
@@ -83,16 +83,7 @@ struct MTIAHooks final : public at::MTIAHooksInterface {
         out[py::str(key + "allocated")] = arr[p].allocated;
         out[py::str(key + "freed")] = arr[p].freed;
       }
-    };
-    put("allocation", m.allocation);
-    put("segment", m.segment);
-    put("active", m.active);
-    put("inactive_split", m.inactive_split);
-    put("allocated_bytes", m.allocated_bytes);
-    put("reserved_bytes", m.reserved_bytes);
-    put("active_bytes", m.active_bytes);
-    put("inactive_split_bytes", m.inactive_split_bytes);
-    put("requested_bytes", m.requested_bytes);
+    });
     out["num_alloc_retries"] = m.num_alloc_retries;
     out["num_ooms"] = m.num_ooms;
     out["num_device_alloc"] = m.num_device_alloc;

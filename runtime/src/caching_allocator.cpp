@@ -300,18 +300,17 @@ CacheStats CachingAllocator::stats() {
 
 void CachingAllocator::resetPeakStats() {
   std::lock_guard<std::mutex> lk(impl_->mu);
-  auto& s = impl_->stats;
-  for (Stat* arr : {s.allocation, s.segment, s.active, s.inactive_split, s.allocated_bytes, s.reserved_bytes,
-                    s.active_bytes, s.inactive_split_bytes, s.requested_bytes})
-    for (int p = 0; p < kNumStatPools; ++p) arr[p].peak = arr[p].current;
+  forEachStatArray(impl_->stats, [](const char*, Stat(&arr)[kNumStatPools]) {
+    for (Stat& st : arr) st.peak = st.current;
+  });
 }
 
 void CachingAllocator::resetAccumulatedStats() {
   std::lock_guard<std::mutex> lk(impl_->mu);
   auto& s = impl_->stats;
-  for (Stat* arr : {s.allocation, s.segment, s.active, s.inactive_split, s.allocated_bytes, s.reserved_bytes,
-                    s.active_bytes, s.inactive_split_bytes, s.requested_bytes})
-    for (int p = 0; p < kNumStatPools; ++p) arr[p].allocated = arr[p].freed = 0;
+  forEachStatArray(s, [](const char*, Stat(&arr)[kNumStatPools]) {
+    for (Stat& st : arr) st.allocated = st.freed = 0;
+  });
   s.num_alloc_retries = s.num_ooms = s.num_device_alloc = s.num_device_free = 0;
 }
 

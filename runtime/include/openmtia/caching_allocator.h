@@ -45,6 +45,21 @@ struct CacheStats {
   int64_t max_split_size = 0;
 };
 
+// Calls f(name, stats array) for every Stat array of a CacheStats, named as
+// torch.cuda.memory_stats() names them.
+template <typename Stats, typename F>
+void forEachStatArray(Stats& s, F&& f) {
+  f("allocation", s.allocation);
+  f("segment", s.segment);
+  f("active", s.active);
+  f("inactive_split", s.inactive_split);
+  f("allocated_bytes", s.allocated_bytes);
+  f("reserved_bytes", s.reserved_bytes);
+  f("active_bytes", s.active_bytes);
+  f("inactive_split_bytes", s.inactive_split_bytes);
+  f("requested_bytes", s.requested_bytes);
+}
+
 // One block of a segment, for snapshots.
 struct BlockInfo {
   uintptr_t address = 0;

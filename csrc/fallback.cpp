@@ -518,6 +518,18 @@ class Planner {
 
   std::shared_ptr<const Plan> plan(const std::vector<c10::IValue>& args) {
     auto plan = analyse(args);
+    if (!plan->async && cpu_scalars_ > 0) {
+      // Some meta kernels (Python references, e.g. copysign's) reject CPU
+      // scalars next to other devices, which the CPU kernel accepts: try
+      // again with meta twins of them.
+      flat_meta_.clear();
+      original_.clear();
+      by_impl_.clear();
+      meta_index_.clear();
+      meta_storages_.clear();
+      scalars_as_meta_ = true;
+      plan = analyse(args);
+    }
     if (debugFallback() && !plan->async)
       std::fprintf(stderr, "openmtia: %s runs synchronously: %s\n", op_.schema().name().c_str(), why_.c_str());
     return plan;
@@ -592,7 +604,8 @@ class Planner {
       return true;
     }
     if (t.layout() != c10::kStrided) return false;
-    if (t.device().type() == c10::kCPU && t.dim() == 0) {  // a CPU scalar stays one
+    if (t.device().type() == c10::kCPU && t.dim() == 0 && !scalars_as_meta_) {  // a CPU scalar stays one
+      ++cpu_scalars_;
       flat_meta_.push_back(t);
       original_.push_back(metaOf(t));
       return true;
@@ -608,6 +621,7 @@ class Planner {
       if (sit == meta_storages_.end()) sit = meta_storages_.emplace(si, metaStorage(t.storage())).first;
       original_.push_back(metaOf(t));
       at::Tensor m = viewOn(sit->second, t, c10::DispatchKey::Meta);
+      if (impl->is_wrapped_number()) m.unsafeGetTensorImpl()->set_wrapped_number(true);
       by_impl_.emplace(impl, m);
       meta_index_.emplace(m.unsafeGetTensorImpl(), index);
       t = m;
@@ -638,6 +652,8 @@ class Planner {
 
   const c10::OperatorHandle& op_;
   std::string why_;
+  int cpu_scalars_ = 0;           // CPU scalar arguments kept as CPU tensors
+  bool scalars_as_meta_ = false;  // the second attempt: they get meta twins too
   std::vector<at::Tensor> flat_meta_;     // meta twin of each tensor argument, in order
   std::vector<Plan::Meta> original_;      // each tensor argument's metadata before the call
   std::unordered_map<c10::TensorImpl*, at::Tensor> by_impl_;

@@ -88,6 +88,21 @@ def test_ops_with_a_python_cpu_kernel_run_on_the_calling_thread():
     assert torch.equal(y.cpu(), x.cpu() * 2)
 
 
+def test_cpu_scalar_tensors_next_to_mtia_tensors_run_async():
+    # copysign's meta kernel (a Python reference) rejects a CPU scalar next to
+    # a device tensor, which the CPU kernel (and CUDA) accepts: the plan is
+    # made with a meta twin of the scalar instead
+    x = torch.randn(16, device="mtia")
+    torch.mtia.synchronize()
+    gate = openmtia._C._launch_blocking_task(0, 2.0)  # a synchronous op would wait out the timeout
+    y = torch.copysign(x, torch.tensor(-1.0))
+    z = torch.copysign(x, torch.tensor(1))  # an int64 scalar: the result stays float32
+    assert not torch.mtia.current_stream().query()
+    gate.release()
+    assert torch.equal(y.cpu(), torch.copysign(x.cpu(), torch.tensor(-1.0)))
+    assert z.dtype == torch.float32 and torch.equal(z.cpu(), x.cpu().abs())
+
+
 def test_plans_take_the_cpu_kernels_strides():
     x = torch.randn(5, 3, device="mtia")
     first = double_colmajor(x)  # its meta kernel says column-major; the CPU kernel's result is row-major

@@ -9,9 +9,16 @@
 #include <c10/util/Exception.h>
 
 #include <functional>
+#include <memory>
+#include <vector>
 
 #include "openmtia/caching_allocator.h"
 #include "openmtia/runtime.h"
+
+namespace c10 {
+struct FunctionSchema;
+struct IValue;
+}  // namespace c10
 
 namespace openmtia {
 
@@ -132,6 +139,8 @@ void graphReplay(int64_t handle);
 void graphReset(int64_t handle);
 c10::MempoolId_t graphPool(int64_t handle);
 c10::MempoolId_t graphPoolHandle();
+// Whether device's current stream is being captured into a graph.
+bool isCapturing(c10::DeviceIndex device);
 // The random draws of the graph capturing on device's current stream, if any.
 std::shared_ptr<GraphRng> capturingRng(c10::DeviceIndex device);
 // The caching allocator's pool for an allocation on `stream`: the stream's
@@ -141,6 +150,22 @@ omr::StreamId allocationPoolKey(c10::DeviceIndex device, omr::StreamId stream);
 // Runs fn with the GIL released if this thread holds it (python.cpp).
 void withoutGil(const std::function<void()>& fn);
 
+// ---- prebuilt kernels for graph replays (prebuilt.cpp)
+// A kernel whose set-up was done once: run() executes the CPU loop.
+class PrebuiltKernel {
+ public:
+  virtual ~PrebuiltKernel() = default;
+  virtual void run() = 0;
+};
+// For a structured TensorIterator op (and relu) captured into a graph: its
+// ATen CPU kernel with the iterator built now, over host views `args` and
+// the outputs `outs` (for an in-place op, self), whose addresses stay fixed
+// across replays. `constants` are arguments whose values never change (the
+// task's copies of CPU scalars). nullptr if the op has no such kernel, or a
+// replay could not reuse the iterator (see prebuilt.cpp).
+std::shared_ptr<PrebuiltKernel> prebuildKernel(const c10::FunctionSchema& schema, std::vector<c10::IValue> args,
+                                               std::vector<at::Tensor> outs, const std::vector<at::Tensor>& constants);
+int64_t prebuiltKernelCount();  // made so far (for tests)
 // ---- what the fallback registers (for `python -m openmtia.ops`)
 std::vector<std::string> cpuKernelOverCompositeOps();
 std::vector<std::string> structuredOps();

@@ -738,7 +738,11 @@ class AsyncCall {
         toHost(args[i]);
       }
     }
-    if (plan->out_op) {  // the kernel writes into the device outputs themselves
+    std::shared_ptr<PrebuiltKernel> prebuilt;
+    if (draws.empty() && isCapturing(device_)) prebuilt = prebuild(*plan, args, outs);
+    if (prebuilt) {  // a graph replay runs only the CPU loop
+      launchOnCurrentStream(device_, schema.name().c_str(), [prebuilt] { prebuilt->run(); });
+    } else if (plan->out_op) {  // the kernel writes into the device outputs themselves
       for (auto& [slot, out] : outs) args.emplace_back(out);
       launchOnCurrentStream(device_, schema.name().c_str(),
                             [op = *plan->out_op, host = std::move(args), draws = std::move(draws)]() {
@@ -940,6 +944,27 @@ class AsyncCall {
     for (auto& [r, out] : copies) out->copy_(r);
   }
 
+  // During a graph capture: the op's CPU kernel prebuilt over the host
+  // arguments (see prebuilt.cpp), if it has one and the plan's outputs are
+  // either all fresh (outs) or the single in-place self.
+  std::shared_ptr<PrebuiltKernel> prebuild(const Plan& plan, const std::vector<c10::IValue>& host,
+                                           const std::vector<std::pair<size_t, at::Tensor>>& outs) {
+    std::vector<at::Tensor> targets;
+    bool fresh = true;
+    for (size_t i = 0; i < plan.returns.size(); ++i)
+      for (const auto& o : plan.returns[i]) fresh = fresh && o.input < 0 && !plan.is_list[i];
+    if (fresh && !plan.returns.empty()) {
+      for (const auto& [slot, out] : outs) targets.push_back(out);
+    } else if (plan.returns.size() == 1 && plan.returns[0].size() == 1 && plan.returns[0][0].input == 0 &&
+               !plan.is_list[0] && !host.empty() && host[0].isTensor()) {
+      targets.push_back(host[0].toTensor());  // in place
+    } else {
+      return nullptr;
+    }
+    if (!plan.resized.empty()) return nullptr;
+    return prebuildKernel(op_.schema(), host, std::move(targets), constants_);
+  }
+
   // A host view (which keeps the memory alive) of a device argument.
   at::Tensor hostTensor(const at::Tensor& t) {
     if (!t.defined()) return t;
@@ -947,6 +972,7 @@ class AsyncCall {
       at::Tensor c = t.clone();
       // a Python number stays one: it does not take part in type promotion
       if (t.unsafeGetTensorImpl()->is_wrapped_number()) c.unsafeGetTensorImpl()->set_wrapped_number(true);
+      constants_.push_back(c);
       return c;
     }
     c10::StorageImpl* si = t.storage().unsafeGetStorageImpl();
@@ -964,6 +990,7 @@ class AsyncCall {
   torch::jit::Stack* stack_;
   c10::DeviceIndex device_;
   std::unordered_map<c10::StorageImpl*, c10::Storage> host_storages_;
+  std::vector<at::Tensor> constants_;  // the task's copies of CPU arguments
   // a new plan under verification
   std::string key_;
   std::shared_ptr<const Plan> new_plan_;

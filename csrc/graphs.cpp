@@ -193,6 +193,13 @@ c10::MempoolId_t graphPool(int64_t handle) {
   return graphOf(r, handle).pool;
 }
 
+bool isCapturing(c10::DeviceIndex device) {
+  Registry& r = registry();
+  if (r.num_captures.load() == 0) return false;
+  std::lock_guard<std::mutex> lk(r.mu);
+  return r.captures.count({device, streamId(currentStream(device))}) > 0;
+}
+
 std::shared_ptr<GraphRng> capturingRng(c10::DeviceIndex device) {
   Registry& r = registry();
   if (r.num_captures.load() == 0) return nullptr;  // (every random op asks)

@@ -63,6 +63,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_cpu_kernel_over_composite_ops", &openmtia::cpuKernelOverCompositeOps);
   m.def("_structured_ops", &openmtia::structuredOps);
   m.def("_staged_result_count", &openmtia::stagedResultCount);
+  m.def("_prebuilt_kernel_count", &openmtia::prebuiltKernelCount);
   m.def("_device_memory_info", [](int device) {
     size_t free_b = 0, total = 0;
     OMR_CALL(omr::memGetInfo(device, &free_b, &total));

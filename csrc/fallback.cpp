@@ -998,19 +998,34 @@ class AsyncCall {
   std::vector<Plan::Meta> before_;
 };
 
+// Nothing may wait for a stream while it is captured into a graph: an op that
+// must run synchronously cannot be recorded. Says which op, and why.
+void refuseWhileCapturing(const c10::OperatorHandle& op, c10::DeviceIndex device, const char* why) {
+  TORCH_CHECK(!isCapturing(device), op.schema().name(), " cannot be captured into an MTIAGraph: ", why);
+}
+
 void mtiaFallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
   HostCall call(op, stack);
   Mode mode = modeOf(op);
   if (debugFallback())
     std::fprintf(stderr, "openmtia: fallback %s (%s)\n", op.schema().name().c_str(),
                  mode == Mode::kSync ? "sync" : mode == Mode::kView ? "view" : "async");
-  if (mode == Mode::kSync) return call.run(/*wait=*/true);
   c10::DeviceIndex device = call.device();
+  if (mode == Mode::kSync) {
+    refuseWhileCapturing(op, device, "it runs synchronously (the host reads its result, its output's shape depends "
+                                     "on the data, or its CPU kernel is a Python function)");
+    return call.run(/*wait=*/true);
+  }
   if (mode == Mode::kView) return call.run(/*wait=*/false);  // views read no data
   c10::DeviceGuard guard(c10::Device(kMTIA, device));
   AsyncCall async(op, stack, device);
   auto result = async.run();
   if (result == AsyncCall::Result::kDone) return;
+  refuseWhileCapturing(op, device,
+                       result == AsyncCall::Result::kVerify
+                           ? "its first call with these argument shapes runs synchronously to check the op's plan "
+                             "(a dry run on the host could not); run it once before capturing, as a warm-up"
+                           : "it runs synchronously for these arguments (it has no asynchronous plan for them)");
   call.run(/*wait=*/true);
   if (result == AsyncCall::Result::kVerify) async.verify();
 }

@@ -177,3 +177,29 @@ def test_graph_api_misuse_raises_clear_errors():
         g.capture_end()
     g.reset()
     assert torch.ones(3, device="mtia").sum().item() == 3
+
+
+def test_ops_that_must_synchronize_cannot_be_captured_and_say_why():
+    x = torch.randn(16, device="mtia")
+    big = torch.arange(4099 * 4099, dtype=torch.float32, device="mtia").view(4099, 4099)  # 67 MB: no dry run
+    torch.mtia.synchronize()
+    g = torch.mtia.MTIAGraph()
+    with torch.mtia.stream(torch.mtia.Stream()):
+        g.capture_begin((0, 0))
+        try:
+            with pytest.raises(RuntimeError, match="aten::nonzero cannot be captured into an MTIAGraph: it runs "
+                                                   "synchronously .*shape depends on the data"):
+                torch.nonzero(x)
+            with pytest.raises(RuntimeError, match="aten::flip cannot be captured into an MTIAGraph: its first call "
+                                                   ".* run it once before capturing, as a warm-up"):
+                torch.flip(big, [0])
+        finally:
+            g.capture_end()
+    g.reset()
+    assert torch.equal(torch.flip(big, [0])[0, :3].cpu(), big[-1, :3].cpu())  # the warm-up
+    with torch.mtia.graph(g):
+        y = torch.flip(big, [0])
+    g.instantiate()
+    big.mul_(2)
+    g.replay()
+    assert torch.equal(y[0, :3].cpu(), big[-1, :3].cpu())

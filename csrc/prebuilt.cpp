@@ -42,124 +42,69 @@
 namespace openmtia {
 namespace {
 
-// Owns one argument of a kernel's meta()/impl() and gives the parameter it
-// binds to. The kernel's iterator borrows tensors from here, so holders never
-// move once bound.
+// The argument types handled here: an IValue converted to T (false if it
+// holds something else).
+bool convert(const c10::IValue& i, at::Tensor& v) { return i.isTensor() && (v = i.toTensor(), true); }
+bool convert(const c10::IValue& i, at::Scalar& v) { return i.isScalar() && (v = i.toScalar(), true); }
+bool convert(const c10::IValue& i, bool& v) { return i.isBool() && (v = i.toBool(), true); }
+bool convert(const c10::IValue& i, int64_t& v) { return i.isInt() && (v = i.toInt(), true); }
+bool convert(const c10::IValue& i, double& v) { return i.isDouble() && (v = i.toDouble(), true); }
+bool convert(const c10::IValue& i, std::string& v) { return i.isString() && (v = i.toStringRef(), true); }
 template <class T>
+bool convert(const c10::IValue& i, std::optional<T>& v) {
+  if (i.isNone()) return true;
+  T x{};
+  if (!convert(i, x)) return false;
+  v = std::move(x);
+  return true;
+}
+
+template <class T, class = void>
+struct Convertible : std::false_type {};
+template <class T>
+struct Convertible<T, std::void_t<decltype(convert(std::declval<const c10::IValue&>(), std::declval<T&>()))>>
+    : std::true_type {};
+
+// Owns one argument of a kernel's meta()/impl() (stored as S) and gives the
+// parameter of type T it binds to. The kernel's iterator borrows tensors from
+// here, so holders never move once bound.
+template <class T, class S = T>
 struct Holder {
-  static constexpr bool kSupported = false;
+  static constexpr bool kSupported = Convertible<S>::value;
+  S v{};
+  bool bind(const c10::IValue& i) { return convert(i, v); }
+  decltype(auto) get() const {
+    if constexpr (std::is_same_v<T, S>) {
+      return (v);  // a const reference
+    } else if constexpr (std::is_same_v<T, at::OptionalTensorRef>) {
+      return v ? at::OptionalTensorRef(*v) : at::OptionalTensorRef();
+    } else if constexpr (std::is_same_v<T, at::OptionalScalarRef>) {
+      return v ? at::OptionalScalarRef(&*v) : at::OptionalScalarRef();
+    } else {
+      return v ? T(*v) : T();  // std::optional<std::string_view>
+    }
+  }
 };
 
+// The storage of parameters that refer to their value.
 template <class T>
-struct Plain {
-  static constexpr bool kSupported = true;
-  T v{};
-  const T& get() const { return v; }
+struct StoredAs {
+  using Type = T;
 };
-
 template <>
-struct Holder<at::Tensor> : Plain<at::Tensor> {
-  bool bind(const c10::IValue& i) {
-    if (!i.isTensor()) return false;
-    v = i.toTensor();
-    return true;
-  }
+struct StoredAs<at::OptionalTensorRef> {
+  using Type = std::optional<at::Tensor>;
 };
-
 template <>
-struct Holder<std::optional<at::Tensor>> : Plain<std::optional<at::Tensor>> {
-  bool bind(const c10::IValue& i) {
-    if (i.isNone()) return true;
-    if (!i.isTensor()) return false;
-    v = i.toTensor();
-    return true;
-  }
+struct StoredAs<at::OptionalScalarRef> {
+  using Type = std::optional<at::Scalar>;
 };
-
 template <>
-struct Holder<at::OptionalTensorRef> {
-  static constexpr bool kSupported = true;
-  at::Tensor v;
-  bool bind(const c10::IValue& i) {
-    if (i.isNone()) return true;
-    if (!i.isTensor()) return false;
-    v = i.toTensor();
-    return true;
-  }
-  at::OptionalTensorRef get() const { return v.defined() ? at::OptionalTensorRef(v) : at::OptionalTensorRef(); }
+struct StoredAs<std::optional<std::string_view>> {
+  using Type = std::optional<std::string>;
 };
-
-template <>
-struct Holder<at::Scalar> : Plain<at::Scalar> {
-  bool bind(const c10::IValue& i) {
-    if (!i.isScalar()) return false;
-    v = i.toScalar();
-    return true;
-  }
-};
-
-template <>
-struct Holder<std::optional<at::Scalar>> : Plain<std::optional<at::Scalar>> {
-  bool bind(const c10::IValue& i) {
-    if (i.isNone()) return true;
-    if (!i.isScalar()) return false;
-    v = i.toScalar();
-    return true;
-  }
-};
-
-template <>
-struct Holder<at::OptionalScalarRef> {
-  static constexpr bool kSupported = true;
-  std::optional<at::Scalar> v;
-  bool bind(const c10::IValue& i) {
-    if (i.isNone()) return true;
-    if (!i.isScalar()) return false;
-    v = i.toScalar();
-    return true;
-  }
-  at::OptionalScalarRef get() const { return v ? at::OptionalScalarRef(&*v) : at::OptionalScalarRef(); }
-};
-
-template <>
-struct Holder<bool> : Plain<bool> {
-  bool bind(const c10::IValue& i) {
-    if (!i.isBool()) return false;
-    v = i.toBool();
-    return true;
-  }
-};
-
-template <>
-struct Holder<int64_t> : Plain<int64_t> {
-  bool bind(const c10::IValue& i) {
-    if (!i.isInt()) return false;
-    v = i.toInt();
-    return true;
-  }
-};
-
-template <>
-struct Holder<double> : Plain<double> {
-  bool bind(const c10::IValue& i) {
-    if (!i.isDouble()) return false;
-    v = i.toDouble();
-    return true;
-  }
-};
-
-template <>
-struct Holder<std::optional<std::string_view>> {
-  static constexpr bool kSupported = true;
-  std::optional<std::string> v;
-  bool bind(const c10::IValue& i) {
-    if (i.isNone()) return true;
-    if (!i.isString()) return false;
-    v = i.toStringRef();
-    return true;
-  }
-  std::optional<std::string_view> get() const { return v ? std::optional<std::string_view>(*v) : std::nullopt; }
-};
+template <class T>
+using HolderOf = Holder<T, typename StoredAs<T>::Type>;
 
 template <class F>
 struct MemFn;
@@ -254,7 +199,7 @@ class Prebuilt final : public Base, public PrebuiltKernel {
     return true;
   }
 
-  std::tuple<Holder<std::decay_t<M>>...> holders_;
+  std::tuple<HolderOf<std::decay_t<M>>...> holders_;
   std::vector<at::Tensor> outs_;
   std::vector<at::Tensor> inputs_;     // the tensor arguments
   std::vector<at::Tensor> constants_;  // those whose values never change
@@ -264,7 +209,7 @@ class Prebuilt final : public Base, public PrebuiltKernel {
 template <class Tuple>
 struct AllSupported;
 template <class... A>
-struct AllSupported<std::tuple<A...>> : std::bool_constant<(Holder<std::decay_t<A>>::kSupported && ...)> {};
+struct AllSupported<std::tuple<A...>> : std::bool_constant<(HolderOf<std::decay_t<A>>::kSupported && ...)> {};
 
 template <class Base, size_t NumOuts, class Tuple>
 struct PrebuiltFor;

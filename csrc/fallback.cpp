@@ -969,7 +969,13 @@ class AsyncCall {
   at::Tensor hostTensor(const at::Tensor& t) {
     if (!t.defined()) return t;
     if (t.device().type() == c10::kCPU) {  // the host may change it before the task runs
-      at::Tensor c = t.clone();
+      at::Tensor c;
+      if (t.dim() == 0 && !t.is_conj() && !t.is_neg()) {  // a scalar: copy its bytes, without a copy kernel
+        c = at::detail::empty_cpu({}, t.scalar_type());
+        std::memcpy(c.mutable_data_ptr(), t.const_data_ptr(), t.element_size());
+      } else {
+        c = t.clone();
+      }
       // a Python number stays one: it does not take part in type promotion
       if (t.unsafeGetTensorImpl()->is_wrapped_number()) c.unsafeGetTensorImpl()->set_wrapped_number(true);
       constants_.push_back(c);

@@ -336,6 +336,7 @@ struct Plan {
   std::vector<std::vector<Out>> returns;  // per return: one, or the list's elements
   std::vector<bool> is_list;
   std::vector<std::pair<int, Meta>> resized;  // inputs whose metadata the op changes
+  bool fresh = false;  // every result is a new tensor (no input, no list)
   // The op's out= overload, when every result is fresh: the task then writes
   // straight into the device outputs (no host result to copy).
   std::optional<c10::OperatorHandle> out_op;
@@ -514,7 +515,8 @@ bool debugFallback() {
 // Works out a plan by running the Meta kernel on meta twins of the arguments.
 class Planner {
  public:
-  explicit Planner(const c10::OperatorHandle& op) : op_(op) {}
+  explicit Planner(const c10::OperatorHandle& op, bool scalars_as_meta = false)
+      : op_(op), scalars_as_meta_(scalars_as_meta) {}
 
   std::shared_ptr<const Plan> plan(const std::vector<c10::IValue>& args) {
     auto plan = analyse(args);
@@ -522,13 +524,9 @@ class Planner {
       // Some meta kernels (Python references, e.g. copysign's) reject CPU
       // scalars next to other devices, which the CPU kernel accepts: try
       // again with meta twins of them.
-      flat_meta_.clear();
-      original_.clear();
-      by_impl_.clear();
-      meta_index_.clear();
-      meta_storages_.clear();
-      scalars_as_meta_ = true;
-      plan = analyse(args);
+      Planner again(op_, /*scalars_as_meta=*/true);
+      plan = again.analyse(args);
+      why_ = again.why_;
     }
     if (debugFallback() && !plan->async)
       std::fprintf(stderr, "openmtia: %s runs synchronously: %s\n", op_.schema().name().c_str(), why_.c_str());
@@ -571,10 +569,10 @@ class Planner {
       if (m.defined() && m.device().type() == c10::kMeta && !sameMeta(m, original_[k]))
         plan->resized.emplace_back(static_cast<int>(k), metaOf(m));
     }
-    bool all_fresh = true;
+    plan->fresh = !plan->returns.empty();
     for (size_t i = 0; i < plan->returns.size(); ++i)
-      for (const auto& o : plan->returns[i]) all_fresh = all_fresh && o.input < 0 && !plan->is_list[i];
-    if (all_fresh && !plan->returns.empty() && plan->resized.empty()) plan->out_op = outOverload(op_);
+      for (const auto& o : plan->returns[i]) plan->fresh = plan->fresh && o.input < 0 && !plan->is_list[i];
+    if (plan->fresh && plan->resized.empty()) plan->out_op = outOverload(op_);
     plan->async = true;
     return plan;
   }
@@ -652,8 +650,8 @@ class Planner {
 
   const c10::OperatorHandle& op_;
   std::string why_;
-  int cpu_scalars_ = 0;           // CPU scalar arguments kept as CPU tensors
-  bool scalars_as_meta_ = false;  // the second attempt: they get meta twins too
+  const bool scalars_as_meta_;  // CPU scalar arguments get meta twins too
+  int cpu_scalars_ = 0;         // CPU scalar arguments kept as CPU tensors
   std::vector<at::Tensor> flat_meta_;     // meta twin of each tensor argument, in order
   std::vector<Plan::Meta> original_;      // each tensor argument's metadata before the call
   std::unordered_map<c10::TensorImpl*, at::Tensor> by_impl_;
@@ -739,7 +737,7 @@ class AsyncCall {
       }
     }
     std::shared_ptr<PrebuiltKernel> prebuilt;
-    if (draws.empty() && isCapturing(device_)) prebuilt = prebuild(*plan, args, outs);
+    if (draws.empty() && isCapturing(device_)) prebuilt = prebuild(*plan, flat, args, outs);
     if (prebuilt) {  // a graph replay runs only the CPU loop
       launchOnCurrentStream(device_, schema.name().c_str(), [prebuilt] { prebuilt->run(); });
     } else if (plan->out_op) {  // the kernel writes into the device outputs themselves
@@ -946,14 +944,14 @@ class AsyncCall {
 
   // During a graph capture: the op's CPU kernel prebuilt over the host
   // arguments (see prebuilt.cpp), if it has one and the plan's outputs are
-  // either all fresh (outs) or the single in-place self.
-  std::shared_ptr<PrebuiltKernel> prebuild(const Plan& plan, const std::vector<c10::IValue>& host,
+  // either all fresh (outs) or the single in-place self. `flat` are the
+  // tensor arguments as given: the task's copies of CPU ones are constants.
+  std::shared_ptr<PrebuiltKernel> prebuild(const Plan& plan, const std::vector<at::Tensor>& flat,
+                                           const std::vector<c10::IValue>& host,
                                            const std::vector<std::pair<size_t, at::Tensor>>& outs) {
+    if (!plan.resized.empty()) return nullptr;
     std::vector<at::Tensor> targets;
-    bool fresh = true;
-    for (size_t i = 0; i < plan.returns.size(); ++i)
-      for (const auto& o : plan.returns[i]) fresh = fresh && o.input < 0 && !plan.is_list[i];
-    if (fresh && !plan.returns.empty()) {
+    if (plan.fresh) {
       for (const auto& [slot, out] : outs) targets.push_back(out);
     } else if (plan.returns.size() == 1 && plan.returns[0].size() == 1 && plan.returns[0][0].input == 0 &&
                !plan.is_list[0] && !host.empty() && host[0].isTensor()) {
@@ -961,8 +959,10 @@ class AsyncCall {
     } else {
       return nullptr;
     }
-    if (!plan.resized.empty()) return nullptr;
-    return prebuildKernel(op_.schema(), host, std::move(targets), constants_);
+    std::vector<at::Tensor> constants, host_flat = flatTensors(host);
+    for (size_t k = 0; k < flat.size() && k < host_flat.size(); ++k)
+      if (flat[k].defined() && flat[k].device().type() == c10::kCPU) constants.push_back(host_flat[k]);
+    return prebuildKernel(op_.schema(), host, std::move(targets), constants);
   }
 
   // A host view (which keeps the memory alive) of a device argument.
@@ -978,7 +978,6 @@ class AsyncCall {
       }
       // a Python number stays one: it does not take part in type promotion
       if (t.unsafeGetTensorImpl()->is_wrapped_number()) c.unsafeGetTensorImpl()->set_wrapped_number(true);
-      constants_.push_back(c);
       return c;
     }
     c10::StorageImpl* si = t.storage().unsafeGetStorageImpl();
@@ -996,7 +995,6 @@ class AsyncCall {
   torch::jit::Stack* stack_;
   c10::DeviceIndex device_;
   std::unordered_map<c10::StorageImpl*, c10::Storage> host_storages_;
-  std::vector<at::Tensor> constants_;  // the task's copies of CPU arguments
   // a new plan under verification
   std::string key_;
   std::shared_ptr<const Plan> new_plan_;

@@ -2,6 +2,8 @@
 import pytest
 import torch
 
+import openmtia
+
 F = torch.nn.functional
 
 
@@ -203,3 +205,52 @@ def test_ops_that_must_synchronize_cannot_be_captured_and_say_why():
     big.mul_(2)
     g.replay()
     assert torch.equal(y[0, :3].cpu(), big[-1, :3].cpu())
+
+
+def test_transformer_training_step_replays_equal_eager_steps_bitwise():
+    # most of its pointwise ops replay prebuilt kernels (csrc/prebuilt.cpp)
+    def make():
+        torch.manual_seed(0)
+        layer = torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True)
+        m = torch.nn.TransformerEncoder(layer, num_layers=2, enable_nested_tensor=False).to("mtia")
+        return m, torch.optim.SGD(m.parameters(), lr=1e-2, momentum=0.9)
+
+    x, y = torch.randn(2, 8, 32, device="mtia"), torch.randn(2, 8, 32, device="mtia")
+
+    def step(m, opt):
+        loss = F.mse_loss(m(x), y)
+        opt.zero_grad(set_to_none=False)
+        loss.backward()
+        opt.step()
+        return loss
+
+    def restart(m, opt, init):  # initial parameters, zero momentum (as a first step)
+        with torch.no_grad():
+            for p, q in zip(m.parameters(), init.parameters()):
+                p.copy_(q)
+        for state in opt.state.values():
+            state["momentum_buffer"].zero_()
+
+    init, _ = make()
+    eager_model, eager_opt = make()
+    step(eager_model, eager_opt)
+    restart(eager_model, eager_opt, init)
+    eager = [step(eager_model, eager_opt).item() for _ in range(4)]
+
+    model, opt = make()
+    with torch.mtia.stream(torch.mtia.Stream()):  # warm-up, as for CUDA graphs
+        for _ in range(3):
+            step(model, opt)
+    torch.mtia.synchronize()
+    restart(model, opt, init)
+    before = openmtia._C._prebuilt_kernel_count()
+    g, loss = capture(lambda: step(model, opt))
+    assert openmtia._C._prebuilt_kernel_count() - before > 50
+    replayed = []
+    for _ in range(4):
+        g.replay()
+        replayed.append(loss.item())
+    assert replayed == eager
+    for p, q in zip(model.parameters(), eager_model.parameters()):
+        assert torch.equal(p.detach().cpu(), q.detach().cpu())
+    g.reset()

@@ -303,11 +303,13 @@ Stream& getStream(int device, StreamId id) {
 }  // namespace
 
 // ---------------------------------------------------------------- errors
+// As CUDA's allocator prints sizes: "512 bytes", "161.00 KiB", "2.15 MiB", "12.00 GiB".
 std::string formatBytes(size_t b) {
   char buf[64];
-  if (b >= (1ull << 30)) std::snprintf(buf, sizeof buf, "%.2f GiB", b / double(1ull << 30));
-  else if (b >= (1ull << 20)) std::snprintf(buf, sizeof buf, "%.2f MiB", b / double(1ull << 20));
-  else std::snprintf(buf, sizeof buf, "%zu bytes", b);
+  if (b <= 1024) std::snprintf(buf, sizeof buf, "%zu bytes", b);
+  else if (b <= (1ull << 20)) std::snprintf(buf, sizeof buf, "%.2f KiB", b / 1024.0);
+  else if (b <= (1ull << 30)) std::snprintf(buf, sizeof buf, "%.2f MiB", b / double(1ull << 20));
+  else std::snprintf(buf, sizeof buf, "%.2f GiB", b / double(1ull << 30));
   return buf;
 }
 

@@ -314,3 +314,12 @@ TEST(Graphs, AFailingGraphTaskIsReportedWithItsName) {
   omr::streamSynchronize(0, s);  // reported once
   omr::graphDestroy(g);
 }
+
+TEST(Memory, FormatsSizesAsCudasAllocatorDoes) {
+  EXPECT_EQ(omr::formatBytes(512), "512 bytes");
+  EXPECT_EQ(omr::formatBytes(1024), "1024 bytes");
+  EXPECT_EQ(omr::formatBytes(164864), "161.00 KiB");
+  EXPECT_EQ(omr::formatBytes(1 << 20), "1024.00 KiB");
+  EXPECT_EQ(omr::formatBytes(2255872), "2.15 MiB");
+  EXPECT_EQ(omr::formatBytes(size_t(12) << 30), "12.00 GiB");
+}

@@ -193,28 +193,38 @@ c10::MempoolId_t graphPool(int64_t handle) {
   return graphOf(r, handle).pool;
 }
 
+namespace {
+
+// The graph capturing on (device, stream), if any; r.mu must be held.
+GraphState* captureOn(Registry& r, c10::DeviceIndex device, omr::StreamId stream) {
+  auto it = r.captures.find({device, stream});
+  return it == r.captures.end() ? nullptr : &graphOf(r, it->second);
+}
+
+}  // namespace
+
 bool isCapturing(c10::DeviceIndex device) {
   Registry& r = registry();
-  if (r.num_captures.load() == 0) return false;
+  if (r.num_captures.load() == 0) return false;  // (every op asks)
   std::lock_guard<std::mutex> lk(r.mu);
-  return r.captures.count({device, streamId(currentStream(device))}) > 0;
+  return captureOn(r, device, streamId(currentStream(device))) != nullptr;
 }
 
 std::shared_ptr<GraphRng> capturingRng(c10::DeviceIndex device) {
   Registry& r = registry();
   if (r.num_captures.load() == 0) return nullptr;  // (every random op asks)
   std::lock_guard<std::mutex> lk(r.mu);
-  auto it = r.captures.find({device, streamId(currentStream(device))});
-  return it == r.captures.end() ? nullptr : graphOf(r, it->second).rng;
+  GraphState* g = captureOn(r, device, streamId(currentStream(device)));
+  return g ? g->rng : nullptr;
 }
 
 omr::StreamId allocationPoolKey(c10::DeviceIndex device, omr::StreamId stream) {
   Registry& r = registry();
   if (r.num_captures.load() == 0) return stream;  // (every allocation asks)
   std::lock_guard<std::mutex> lk(r.mu);
-  auto it = r.captures.find({device, stream});
-  if (it == r.captures.end()) return stream;
-  const c10::MempoolId_t& pool = graphOf(r, it->second).pool;
+  GraphState* g = captureOn(r, device, stream);
+  if (!g) return stream;
+  const c10::MempoolId_t& pool = g->pool;
   // graph pools {id, 0} and handles {0, id} take their ids from one counter
   return kGraphPoolKeyBase + static_cast<omr::StreamId>(pool.first + pool.second);
 }

@@ -49,6 +49,10 @@ struct Allocation {
 
 void freeAllocation(void* ctx) {
   auto* a = static_cast<Allocation*>(ctx);
+  if (omr::inBadFork()) {  // the parent's memory: not this process's to give back
+    delete a;
+    return;
+  }
   recordFree(a->device, a->ptr, a->size, a->stream);
   cacheOf(a->device).free(a->ptr);  // never throws for a pointer we allocated
   delete a;
@@ -93,10 +97,20 @@ struct MTIAAllocator final : public c10::DeviceAllocator {
   void emptyCache(c10::MempoolId_t) override {
     for (c10::DeviceIndex i = 0; i < deviceCount(); ++i) cacheOf(i).emptyCache();
   }
-  // Tasks hold references to every storage they use, so a block returns to
-  // the cache only after the work that uses it has run, on any stream: no
-  // event needs recording.
-  void recordStream(const c10::DataPtr&, c10::Stream) override {}
+  // Tasks hold no device memory: a block freed by the host returns to its
+  // stream's pool at once (work on that stream is ordered after what used
+  // it). Other streams that use it must be recorded, as with CUDA's caching
+  // allocator: the block then waits for them.
+  void recordStream(const c10::DataPtr& dp, c10::Stream stream) override {
+    if (!dp.get() || dp.get_deleter() != &freeAllocation) return;  // no memory, or not a block of ours
+    auto* a = static_cast<Allocation*>(dp.get_context());
+    TORCH_CHECK(stream.device_type() == kMTIA, "record_stream: expected an mtia stream, got a ", stream.device_type(),
+                " stream");
+    TORCH_CHECK(stream.device_index() == a->device, "record_stream: the stream belongs to mtia:",
+                static_cast<int>(stream.device_index()), " but the tensor's memory is on mtia:",
+                static_cast<int>(a->device));
+    OMR_CALL(cacheOf(a->device).recordStream(a->ptr, streamId(stream)));
+  }
   c10::CachingDeviceAllocator::DeviceStats getDeviceStats(c10::DeviceIndex device) override {
     omr::CacheStats m = cacheOf(device).stats();
     c10::CachingDeviceAllocator::DeviceStats s;
@@ -249,12 +263,18 @@ omr::CachingAllocator& deviceCache(c10::DeviceIndex index) { return cacheOf(inde
 void releaseStorageRef(void* ctx) { c10::raw::intrusive_ptr::decref(static_cast<c10::StorageImpl*>(ctx)); }
 
 c10::Storage hostStorageOf(const c10::Storage& storage, c10::Allocator* resize_allocator) {
-  // The host storage holds a reference to the device storage: a host view
-  // keeps its memory alive (tasks need no other reference, and never one to a
-  // tensor that Python may own).
+  // A host view neither frees nor keeps device memory: the host frees a block
+  // when its last tensor goes, and the caching allocator makes that safe for
+  // the tasks still queued (stream-ordered reuse, record_stream). It holds
+  // the storage only when that is host memory (which tasks read later), or
+  // while its device's current stream is captured: the graph keeps what its
+  // tasks use for as long as it holds them (replays run at any later time).
   c10::StorageImpl* impl = storage.unsafeGetStorageImpl();
-  c10::raw::intrusive_ptr::incref(impl);
-  c10::DataPtr dp(storage.mutable_data(), impl, &releaseStorageRef, c10::Device(c10::kCPU));
+  c10::DataPtr dp(storage.mutable_data(), c10::Device(c10::kCPU));
+  if (storage.device_type() != kMTIA || isCapturing(storage.device().index())) {
+    c10::raw::intrusive_ptr::incref(impl);
+    dp = c10::DataPtr(storage.mutable_data(), impl, &releaseStorageRef, c10::Device(c10::kCPU));
+  }
   return c10::Storage(c10::Storage::use_byte_size_t(), storage.nbytes(), std::move(dp), resize_allocator,
                       /*resizable=*/resize_allocator != nullptr);
 }

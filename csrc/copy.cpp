@@ -16,13 +16,16 @@ namespace {
 
 size_t spanBytes(const at::Tensor& t) { return static_cast<size_t>(t.numel()) * t.element_size(); }
 
-// Copies src's dense span into dst's on `stream` of `dev` (same layout), and
-// keeps both memories alive until the copy ran (holding storages, not tensors:
-// a task never keeps a Python-owned tensor alive).
+// Copies src's dense span into dst's on `stream` of `dev` (same layout). A
+// host-side storage is kept alive until the copy ran (holding the storage,
+// not the tensor: a task never keeps a Python-owned tensor alive); device
+// memory is not kept (the caching allocator orders its reuse).
 void enqueueMemcpy(const at::Tensor& dst, const at::Tensor& src, omr::CopyKind kind, c10::DeviceIndex dev,
                    omr::StreamId stream) {
   OMR_CALL(omr::memcpyAsync(dst.data_ptr(), src.data_ptr(), spanBytes(src), kind, dev, stream));
-  OMR_CALL(omr::launch(dev, stream, "release", [keep = std::make_pair(dst.storage(), src.storage())] {}));
+  const at::Tensor& host = kind == omr::CopyKind::kHostToDevice ? src : dst;
+  if (host.device().type() == c10::kCPU)
+    OMR_CALL(omr::launch(dev, stream, "release", [keep = host.storage()] {}));
 }
 
 }  // namespace
@@ -30,7 +33,8 @@ void enqueueMemcpy(const at::Tensor& dst, const at::Tensor& src, omr::CopyKind k
 void launchCopyKernel(const at::Tensor& dst, const at::Tensor& src, const char* name) {
   auto dev = dst.device().index();
   // Views are taken now: a later in-place metadata change (resize_, t_, ...)
-  // must not change what this task does. The views keep the memory alive.
+  // must not change what this task does. A CPU src (a 0-dim value) is kept by
+  // its view.
   launchOnCurrentStream(dev, name, [hd = hostView(dst), hs = hostView(src)]() mutable {
     at::AutoDispatchBelowADInplaceOrView guard;
     hd.copy_(hs);

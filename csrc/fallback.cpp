@@ -20,6 +20,10 @@
 //  - results: the input itself for in-place/out= returns, an mtia view of the
 //    same storage for views, otherwise a new mtia tensor holding the values.
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Context.h>
+#include <c10/core/DefaultDtype.h>
+#include <c10/core/GradMode.h>
+#include <c10/core/InferenceMode.h>
 #include <c10/core/CPUAllocator.h>
 #include <ATen/EmptyTensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -116,6 +120,7 @@ class HostCall {
     const size_t first = stack_->size() - nargs;
     c10::DeviceGuard guard(c10::Device(kMTIA, device()));
     if (wait) syncCurrentStream(device_);
+    waited_ = wait;
     for (size_t i = 0; i < nargs; ++i) {
       const auto& type = schema.arguments()[i].type();
       (*stack_)[first + i] = toHost((*stack_)[first + i], type);
@@ -229,12 +234,17 @@ class HostCall {
     bool dense = src.is_non_overlapping_and_dense();
     at::Tensor out = dense ? at::empty_strided(src.sizes(), src.strides(), opts) : at::empty(src.sizes(), opts);
     if (out.numel() == 0) return out;
+    // the host writes it now: a reused block may still be in use by queued work
+    if (!waited_) {
+      syncCurrentStream(device_);
+      waited_ = true;
+    }
     if (dense) {
       OMR_CALL(omr::memcpy(out.data_ptr(), src.data_ptr(), static_cast<size_t>(src.numel()) * src.element_size(),
                            omr::CopyKind::kHostToDevice));
     } else {
       at::AutoDispatchBelowADInplaceOrView g;
-      hostView(out).copy_(src);  // fresh memory no stream has touched yet
+      hostView(out).copy_(src);
     }
     return out;
   }
@@ -249,6 +259,7 @@ class HostCall {
   const c10::OperatorHandle& op_;
   torch::jit::Stack* stack_;
   c10::DeviceIndex device_ = -1;
+  bool waited_ = false;  // for the current stream
   std::unordered_map<c10::StorageImpl*, c10::Storage> storages_;  // device storage -> host storage
   std::unordered_map<c10::TensorImpl*, Pair> by_impl_;            // device impl -> pair
   std::unordered_map<c10::TensorImpl*, at::Tensor> host_impl_to_device_;
@@ -512,6 +523,17 @@ bool debugFallback() {
   return on;
 }
 
+// The global state an op's result metadata may depend on, for plan keys: the
+// default dtype (e.g. int / int gives it), deterministic mode (some kernels
+// choose another algorithm and output layout), grad mode (some kernels
+// return differently when gradients are off, e.g. which statistics they save).
+int64_t globalState() {
+  const auto& ctx = at::globalContext();
+  return static_cast<int64_t>(c10::typeMetaToScalarType(c10::get_default_dtype())) |
+         int64_t(ctx.deterministicAlgorithms()) << 8 | int64_t(ctx.deterministicAlgorithmsWarnOnly()) << 9 |
+         int64_t(c10::GradMode::is_enabled()) << 10 | int64_t(c10::InferenceMode::is_enabled()) << 11;
+}
+
 // Works out a plan by running the Meta kernel on meta twins of the arguments.
 class Planner {
  public:
@@ -682,6 +704,7 @@ class AsyncCall {
 
     KeyBuilder kb;
     kb.add(c10::IValue(static_cast<int64_t>(reinterpret_cast<intptr_t>(&schema))));
+    kb.add(c10::IValue(globalState()));
     bool cacheable = true;
     for (const auto& v : args) cacheable = cacheable && kb.add(v);
     if (!cacheable) return Result::kSync;  // an unverifiable signature
@@ -965,7 +988,8 @@ class AsyncCall {
     return prebuildKernel(op_.schema(), host, std::move(targets), constants);
   }
 
-  // A host view (which keeps the memory alive) of a device argument.
+  // The task's view of an argument: a host view of a device tensor, a copy of
+  // a CPU one.
   at::Tensor hostTensor(const at::Tensor& t) {
     if (!t.defined()) return t;
     if (t.device().type() == c10::kCPU) {  // the host may change it before the task runs

@@ -77,9 +77,8 @@ void growStorage(const c10::Storage& storage, size_t nbytes) {
     const void* src = old.get();
     auto stream = streamId(currentStream(dev));
     OMR_CALL(omr::memcpyAsync(dst, src, keep, omr::CopyKind::kDeviceToDevice, dev, stream));
-    // the old block must outlive the copy
-    auto holder = std::make_shared<c10::DataPtr>(std::move(old));
-    OMR_CALL(omr::launch(dev, stream, "release", [holder] {}));
+    // the old block is freed now; it was allocated on another stream maybe
+    deviceAllocator()->recordStream(old, currentStream(dev));
   }
   impl->set_nbytes(nbytes);
 }
@@ -171,7 +170,6 @@ at::Tensor& fill_tensor(at::Tensor& self, const at::Tensor& value) {
 at::Tensor& zero_(at::Tensor& self) { return fill_scalar(self, 0); }
 
 void record_stream(at::Tensor& self, c10::Stream stream) {
-  TORCH_CHECK(stream.device_type() == kMTIA, "record_stream: expected an mtia stream");
   deviceAllocator()->recordStream(self.storage().data_ptr(), stream);
 }
 

@@ -65,6 +65,7 @@ struct CachingAllocator::Block {
   bool allocated = false;
   Block* prev = nullptr;  // neighbours within the segment
   Block* next = nullptr;
+  std::vector<StreamId> stream_uses;  // other streams that use it (recordStream)
   Block(void* p, size_t s, StreamId st, bool sm) : ptr(p), size(s), stream(st), small(sm) {}
   bool split() const { return prev || next; }
 };
@@ -90,6 +91,8 @@ struct CachingAllocator::Impl {
   std::vector<OomObserver> observers;
   SegmentObserver segment_observer;
   double fraction = 1.0;
+  // freed blocks waiting for the streams that used them: (block, events)
+  std::vector<std::pair<Block*, std::vector<Event*>>> pending;
 
   std::set<Block*, BlockLess>& poolOf(bool small) { return small ? small_free : large_free; }
 
@@ -125,8 +128,52 @@ struct CachingAllocator::Impl {
     return b;
   }
 
-  // Frees every cached segment that is entirely unused.
+  // Returns to their pools the freed blocks whose streams passed their events.
+  void processEvents() {
+    for (auto it = pending.begin(); it != pending.end();) {
+      auto& events = it->second;
+      if (!std::all_of(events.begin(), events.end(), [](Event* e) { return eventQuery(e); })) {
+        ++it;
+        continue;
+      }
+      for (Event* e : events) eventDestroy(e);
+      Block* b = it->first;
+      it = pending.erase(it);
+      release(b);
+    }
+  }
+
+  // A free block goes back to its pool, coalesced with free neighbours.
+  void release(Block* b) {
+    update(stats.active, b->small, -1);
+    update(stats.active_bytes, b->small, -static_cast<int64_t>(b->size));
+    auto& pool = poolOf(b->small);
+    for (Block* n : {b->prev, b->next}) {
+      if (!n || n->allocated || !pool.count(n)) continue;  // (a neighbour still waiting for events is not free)
+      inactive(n, -1);
+      pool.erase(n);
+      if (n == b->prev) {
+        n->size += b->size;
+        n->next = b->next;
+        if (b->next) b->next->prev = n;
+        delete b;
+        b = n;
+      } else {
+        b->size += n->size;
+        b->next = n->next;
+        if (n->next) n->next->prev = b;
+        delete n;
+      }
+    }
+    inactive(b, +1);
+    pool.insert(b);
+  }
+
+  // Frees every cached segment that is entirely unused (after the work
+  // queued so far, which may use blocks freed by the host, has run).
   void releaseCached() {
+    deviceWaitIdle(device);
+    processEvents();
     for (auto* pool : {&small_free, &large_free}) {
       for (auto it = pool->begin(); it != pool->end();) {
         Block* b = *it;
@@ -190,6 +237,7 @@ void* CachingAllocator::malloc(size_t requested, StreamId stream) {
   size_t size = roundSize(requested);
   bool small = size <= kSmallSize;
   std::unique_lock<std::mutex> lk(m.mu);
+  if (!m.pending.empty()) m.processEvents();
   Block* b = m.findFree(size, stream, small, config_.max_split_size);
   if (b) {
     m.inactive(b, -1);
@@ -251,41 +299,52 @@ void* CachingAllocator::malloc(size_t requested, StreamId stream) {
 void CachingAllocator::free(void* ptr) {
   if (!ptr) return;
   Impl& m = *impl_;
-  std::lock_guard<std::mutex> lk(m.mu);
+  std::unique_lock<std::mutex> lk(m.mu);
   auto it = m.allocated.find(ptr);
   if (it == m.allocated.end())
     throw Error(ErrorCode::kInvalidValue, "caching allocator: pointer not allocated on mtia:" + std::to_string(m.device));
   Block* b = it->second;
   m.allocated.erase(it);
   m.update(m.stats.allocation, b->small, -1);
-  m.update(m.stats.active, b->small, -1);
   m.update(m.stats.allocated_bytes, b->small, -static_cast<int64_t>(b->size));
-  m.update(m.stats.active_bytes, b->small, -static_cast<int64_t>(b->size));
   m.update(m.stats.requested_bytes, b->small, -static_cast<int64_t>(b->requested));
   if (b->size >= config_.max_split_size) --m.stats.oversize_allocations;
   b->allocated = false;
   b->requested = 0;
-  auto& pool = m.poolOf(b->small);
-  // coalesce with free neighbours
-  for (Block* n : {b->prev, b->next}) {
-    if (!n || n->allocated) continue;
-    m.inactive(n, -1);
-    pool.erase(n);
-    if (n == b->prev) {
-      n->size += b->size;
-      n->next = b->next;
-      if (b->next) b->next->prev = n;
-      delete b;
-      b = n;
-    } else {
-      b->size += n->size;
-      b->next = n->next;
-      if (n->next) n->next->prev = b;
-      delete n;
+  if (b->stream_uses.empty()) return m.release(b);
+  // Other streams used it: events on them, recorded without the lock (a
+  // launch may destroy finished tasks, which may free memory).
+  std::vector<StreamId> uses;
+  uses.swap(b->stream_uses);
+  lk.unlock();
+  std::vector<Event*> events;
+  try {
+    for (StreamId s : uses) {
+      events.push_back(eventCreate(false));
+      eventRecord(events.back(), m.device, s);
+    }
+  } catch (const Error&) {  // (e.g. a forked child): wait for the device instead
+    for (Event* e : events) eventDestroy(e);
+    events.clear();
+    try {
+      deviceWaitIdle(m.device);
+    } catch (const Error&) {
     }
   }
-  m.inactive(b, +1);
-  pool.insert(b);
+  lk.lock();
+  if (events.empty()) return m.release(b);
+  m.pending.emplace_back(b, std::move(events));
+}
+
+void CachingAllocator::recordStream(void* ptr, StreamId stream) {
+  std::lock_guard<std::mutex> lk(impl_->mu);
+  auto it = impl_->allocated.find(ptr);
+  if (it == impl_->allocated.end())
+    throw Error(ErrorCode::kInvalidValue, "recordStream: pointer not allocated on mtia:" + std::to_string(impl_->device));
+  Block* b = it->second;
+  if (stream == b->stream) return;
+  if (std::find(b->stream_uses.begin(), b->stream_uses.end(), stream) == b->stream_uses.end())
+    b->stream_uses.push_back(stream);
 }
 
 void CachingAllocator::emptyCache() {

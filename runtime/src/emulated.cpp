@@ -24,6 +24,34 @@ using Clock = std::chrono::steady_clock;
 constexpr size_t kAlignment = 256;
 constexpr int kStreamsPerDevice = 1 + 2 * kPoolSize;
 constexpr int kSpinMicros = 50;  // how long an idle worker polls before sleeping
+constexpr size_t kDefaultQueueDepth = 1024;
+
+std::atomic<bool> g_used{false};      // a stream was started or device memory allocated
+std::atomic<bool> g_bad_fork{false};  // this process was forked after g_used
+std::atomic<WaitHook> g_wait_hook{nullptr};
+
+void checkNotForked() {
+  if (g_bad_fork.load(std::memory_order_relaxed))
+    throw Error(ErrorCode::kForked,
+                "Cannot re-initialize MTIA in forked subprocess. To use MTIA with multiprocessing, you must use the "
+                "'spawn' start method");
+}
+
+void markUsed() {
+  if (g_used.load(std::memory_order_relaxed)) return;
+  static std::once_flag once;
+  std::call_once(once, [] { pthread_atfork(nullptr, nullptr, [] { g_bad_fork = g_used.load(); }); });
+  g_used = true;
+}
+
+// Runs wait() through the wait hook (which may release an interpreter lock).
+template <typename F>
+void hookedWait(F& wait) {
+  WaitHook hook = g_wait_hook.load();
+  auto call = [](void* f) { (*static_cast<F*>(f))(); };
+  if (hook) hook(call, &wait);
+  else call(&wait);
+}
 
 
 // A set of [ptr, ptr+size) ranges with lookup of the range holding an address.
@@ -161,7 +189,19 @@ struct Stream {
     std::lock_guard<std::mutex> lk(mu);
     collect(trash.tasks);
   }
-  uint64_t push(std::string name, Task fn) {
+  // Waits until the queue holds fewer than `depth` pending tasks.
+  void waitForRoom(size_t depth) {
+    if (enqueued_seen.load(std::memory_order_acquire) - completed.load() < depth) return;
+    auto wait = [this, depth] {
+      std::unique_lock<std::mutex> lk(mu);
+      ++waiters;
+      cv_done.wait(lk, [&] { return enqueued - completed.load() < depth; });
+      --waiters;
+    };
+    hookedWait(wait);
+  }
+  uint64_t push(std::string name, Task fn, size_t depth) {
+    if (depth) waitForRoom(depth);
     Trash trash;  // destroyed after the lock is released
     std::lock_guard<std::mutex> lk(mu);
     queue.push_back({std::move(name), std::move(fn)});
@@ -192,13 +232,19 @@ struct Stream {
     }
   }
   void waitFor(uint64_t seq) {
-    {
-      std::unique_lock<std::mutex> lk(mu);
-      ++waiters;
-      cv_done.wait(lk, [&] { return completed.load() >= seq; });
-      --waiters;
-    }
+    waitIdle(seq);
     drain();
+  }
+  // Waits for task `seq` without destroying finished tasks.
+  void waitIdle(uint64_t seq) {
+    std::unique_lock<std::mutex> lk(mu);
+    ++waiters;
+    cv_done.wait(lk, [&] { return completed.load() >= seq; });
+    --waiters;
+  }
+  uint64_t enqueuedNow() {
+    std::lock_guard<std::mutex> lk(mu);
+    return enqueued;
   }
   // Raises (and clears) a pending task error.
   void raiseError() {
@@ -213,12 +259,7 @@ struct Stream {
   }
   void synchronize() {
     checkNotCapturing("synchronizing");
-    uint64_t seq;
-    {
-      std::lock_guard<std::mutex> lk(mu);
-      seq = enqueued;
-    }
-    waitFor(seq);
+    waitFor(enqueuedNow());
     raiseError();
   }
 };
@@ -237,6 +278,7 @@ struct Device {
     std::lock_guard<std::mutex> lk(stream_mu);
     auto& s = streams[id];
     if (!s) {  // workers start lazily: an idle stream costs nothing
+      markUsed();
       s = std::make_unique<Stream>();
       s->device = index;
       s->id = id;
@@ -267,6 +309,7 @@ class Runtime {
   std::mutex pinned_mu;
   RangeMap pinned;
   bool launch_blocking = false;  // OPENMTIA_LAUNCH_BLOCKING=1
+  size_t queue_depth = kDefaultQueueDepth;  // OPENMTIA_LAUNCH_QUEUE_DEPTH
 
  private:
   Runtime() {
@@ -286,6 +329,12 @@ class Runtime {
       }
     }
     if (const char* s = std::getenv("OPENMTIA_LAUNCH_BLOCKING")) launch_blocking = std::string(s) == "1";
+    if (const char* s = std::getenv("OPENMTIA_LAUNCH_QUEUE_DEPTH")) {
+      char* end = nullptr;
+      long v = std::strtol(s, &end, 10);
+      if (end != s && *end == '\0' && v >= 1) queue_depth = static_cast<size_t>(v);
+      else std::fprintf(stderr, "openmtia: ignoring invalid OPENMTIA_LAUNCH_QUEUE_DEPTH='%s'\n", s);
+    }
     for (int i = 0; i < n; ++i) {
       devices_.push_back(std::make_unique<Device>());
       devices_.back()->index = i;
@@ -296,6 +345,7 @@ class Runtime {
 };
 
 Stream& getStream(int device, StreamId id) {
+  checkNotForked();
   checkStream(device, id);
   return Runtime::get().device(device).stream(id);
 }
@@ -343,6 +393,8 @@ size_t parseByteSize(const std::string& text) {
   return static_cast<size_t>(v * mul);
 }
 
+bool inBadFork() noexcept { return g_bad_fork.load(); }
+
 // ---------------------------------------------------------------- devices
 int deviceCount() noexcept {
   try {
@@ -380,8 +432,10 @@ void memGetInfo(int device, size_t* free_bytes, size_t* total_bytes) {
 
 // ---------------------------------------------------------------- memory
 void* deviceMalloc(int device, size_t bytes) {
+  checkNotForked();
   Device& d = Runtime::get().device(device);
   if (bytes == 0) return nullptr;
+  markUsed();
   size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
   {
     std::lock_guard<std::mutex> lk(d.mem_mu);
@@ -400,7 +454,9 @@ void* deviceMalloc(int device, size_t bytes) {
 
 void deviceFree(int device, void* ptr) {
   if (!ptr) return;
+  checkNotForked();
   Device& d = Runtime::get().device(device);
+  deviceWaitIdle(device);  // queued work may still use the memory
   {
     std::lock_guard<std::mutex> lk(d.mem_mu);
     size_t n = d.allocations.remove(ptr);
@@ -464,6 +520,10 @@ StreamId streamFromPool(int device, int priority) {
   return 1 + high * kPoolSize + static_cast<int>(k);
 }
 
+size_t launchQueueDepth() { return Runtime::get().queue_depth; }
+
+void setWaitHook(WaitHook hook) { g_wait_hook = hook; }
+
 void launch(int device, StreamId stream, std::string name, Task task) {
   Stream& s = getStream(device, stream);
   {
@@ -473,7 +533,7 @@ void launch(int device, StreamId stream, std::string name, Task task) {
       return;
     }
   }
-  s.push(std::move(name), std::move(task));
+  s.push(std::move(name), std::move(task), Runtime::get().queue_depth);
   if (Runtime::get().launch_blocking) s.synchronize();  // raise at the failing task
 }
 
@@ -494,17 +554,16 @@ bool streamQuery(int device, StreamId stream) {
 void streamSynchronize(int device, StreamId stream) { getStream(device, stream).synchronize(); }
 
 void deviceSynchronize(int device) {
+  checkNotForked();
   auto streams = Runtime::get().device(device).startedStreams();
   for (Stream* s : streams) s->checkNotCapturing("synchronizing the device");
-  for (Stream* s : streams) {
-    uint64_t seq;
-    {
-      std::lock_guard<std::mutex> lk(s->mu);
-      seq = s->enqueued;
-    }
-    s->waitFor(seq);
-  }
+  for (Stream* s : streams) s->waitFor(s->enqueuedNow());
   for (Stream* s : streams) s->raiseError();
+}
+
+void deviceWaitIdle(int device) {
+  checkNotForked();
+  for (Stream* s : Runtime::get().device(device).startedStreams()) s->waitIdle(s->enqueuedNow());
 }
 
 // ---------------------------------------------------------------- events
@@ -524,7 +583,13 @@ void eventRecord(Event* event, int device, StreamId stream) {
   Stream& s = getStream(device, stream);
   s.checkNotCapturing("recording an event");
   std::shared_ptr<EventState> st = event->st;
+  // room first: the worker may need st->mu to make it
+  s.waitForRoom(Runtime::get().queue_depth);
   std::lock_guard<std::mutex> lk(st->mu);
+  if (st->device >= 0 && st->device != device)
+    throw Error(ErrorCode::kInvalidValue, "Event device " + std::to_string(st->device) +
+                                              " does not match recording stream's device " + std::to_string(device) +
+                                              ".");
   uint64_t version = ++st->version;
   st->device = device;
   st->stream = stream;
@@ -536,7 +601,7 @@ void eventRecord(Event* event, int device, StreamId stream) {
       st->time = now;
     }
     st->cv.notify_all();
-  });
+  }, /*depth=*/0);
 }
 
 void streamWaitEvent(int device, StreamId stream, Event* event) {
@@ -559,6 +624,7 @@ bool eventQuery(Event* event) {
 }
 
 void eventSynchronize(Event* event) {
+  checkNotForked();
   std::shared_ptr<EventState> st = event->st;
   int device;
   StreamId stream;
@@ -614,6 +680,7 @@ void checkCopy(void* dst, const void* src, size_t bytes, CopyKind kind) {
 }  // namespace
 
 void memcpy(void* dst, const void* src, size_t bytes, CopyKind kind) {
+  checkNotForked();
   checkCopy(dst, src, bytes, kind);
   if (bytes) std::memcpy(dst, src, bytes);
 }

@@ -85,7 +85,13 @@ class CachingAllocator {
   // with a message giving the request and the device's allocated, reserved
   // and free memory. The returned block's size is at least `size`.
   void* malloc(size_t size, StreamId stream);
+  // The block returns to its stream's pool at once: later work on that stream
+  // may reuse it (stream order makes that safe). If other streams use it
+  // (recordStream), only after each of them has passed an event recorded now.
   void free(void* ptr);
+  // Marks the block at ptr as used by `stream` too (a stream of the same
+  // device; the allocation's own stream is ignored), as CUDA's record_stream.
+  void recordStream(void* ptr, StreamId stream);
   void emptyCache();  // returns unused cached segments to the device
   CacheStats stats();
   void resetPeakStats();

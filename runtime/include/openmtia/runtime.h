@@ -21,6 +21,7 @@ enum class ErrorCode {
   kInvalidValue,   // bad argument (unknown stream, pointer not owned, ...)
   kTaskFailed,     // an asynchronous task failed; reported at a sync point
   kCapturing,      // not permitted while the stream is being captured into a graph
+  kForked,         // the device was used by the parent of this forked process
 };
 
 class Error : public std::runtime_error {
@@ -61,6 +62,13 @@ struct DeviceProperties {
 
 constexpr int kMaxDevices = 64;  // OPENMTIA_DEVICE_COUNT may not exceed it
 
+// A child created by fork() after the parent used a device (started a stream
+// or allocated device memory) has no stream workers and shares no device with
+// its parent: every entry that would use a device raises Error(kForked), as
+// CUDA refuses to re-initialize in a forked subprocess. Device count and
+// properties stay readable.
+bool inBadFork() noexcept;
+
 // Number of devices: OPENMTIA_DEVICE_COUNT (default 2). Never throws.
 int deviceCount() noexcept;
 void checkDevice(int device);  // throws Error(kInvalidDevice)
@@ -75,6 +83,8 @@ size_t parseByteSize(const std::string& text);
 // Allocates device memory (256-byte aligned). 0 bytes -> nullptr.
 // Throws OutOfMemoryError past capacity; never aborts.
 void* deviceMalloc(int device, size_t bytes);
+// Like cudaFree, waits until every stream of the device has run the work
+// enqueued so far (which may still use the memory), then frees.
 void deviceFree(int device, void* ptr);
 // Device that owns ptr (anywhere inside an allocation), or -1.
 int pointerDevice(const void* ptr);
@@ -95,7 +105,15 @@ StreamId streamFromPool(int device, int priority);
 void checkStream(int device, StreamId stream);
 
 using Task = std::function<void()>;
-// Enqueue a task; returns at once. The task runs on the stream's worker; what
+// Each stream queues at most launchQueueDepth() pending tasks
+// (OPENMTIA_LAUNCH_QUEUE_DEPTH, default 1024), like a GPU's launch queue: a
+// launch into a full queue waits until the worker has made room.
+size_t launchQueueDepth();
+// Every wait of the runtime for room in a launch queue runs through this hook,
+// if set: e.g. to release an interpreter lock while waiting.
+using WaitHook = void (*)(void (*wait)(void*), void* arg);
+void setWaitHook(WaitHook hook);
+// Enqueue a task; returns at once (or once its queue has room). The task runs on the stream's worker; what
 // it captured is destroyed later on a host thread (at the next launch, query or
 // synchronization of that stream), never on the worker. A task that throws records its error on the
 // stream; the error is raised (as TaskError) at the next synchronization of that
@@ -107,6 +125,9 @@ bool launchBlocking();
 bool streamQuery(int device, StreamId stream);
 void streamSynchronize(int device, StreamId stream);
 void deviceSynchronize(int device);  // all streams of the device
+// Waits until every stream of the device ran the work enqueued so far; raises
+// nothing and destroys no finished task (safe under the caller's locks).
+void deviceWaitIdle(int device);
 
 // ---------------------------------------------------------------- graphs
 // While a stream is captured, tasks launched on it are recorded into a graph
@@ -127,6 +148,8 @@ void graphClear(Graph* graph);  // drops the recorded tasks
 struct Event;  // opaque
 Event* eventCreate(bool enable_timing);
 void eventDestroy(Event* event);
+// Raises kInvalidValue when the event was recorded on another device before
+// (an event belongs to the device it was first recorded on, as CUDA's do).
 void eventRecord(Event* event, int device, StreamId stream);
 // Work enqueued on `stream` after this call waits for the event's last record.
 // A never-recorded event is ignored.

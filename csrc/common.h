@@ -138,6 +138,7 @@ void graphInstantiate(int64_t handle);
 void graphReplay(int64_t handle);
 void graphReset(int64_t handle);
 c10::MempoolId_t graphPool(int64_t handle);
+std::vector<std::string> graphTaskNames(int64_t handle);
 c10::MempoolId_t graphPoolHandle();
 // Whether device's current stream is being captured into a graph.
 bool isCapturing(c10::DeviceIndex device);
@@ -149,6 +150,9 @@ omr::StreamId allocationPoolKey(c10::DeviceIndex device, omr::StreamId stream);
 
 // Runs fn with the GIL released if this thread holds it (python.cpp).
 void withoutGil(const std::function<void()>& fn);
+// Whether e is a Python KeyboardInterrupt or SystemExit (raised by Python
+// code the op called): never swallowed by a fallback path.
+bool isInterrupt(const std::exception& e);
 
 // ---- prebuilt kernels for graph replays (prebuilt.cpp)
 // A kernel whose set-up was done once: run() executes the CPU loop.

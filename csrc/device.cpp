@@ -1,4 +1,5 @@
 // Current device / current stream state and the MTIA device guard.
+#include <c10/core/DeviceCapability.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <array>
@@ -93,15 +94,23 @@ struct MTIAGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     return old;
   }
   c10::DeviceIndex deviceCount() const noexcept override { return openmtia::deviceCount(); }
+  // Every dtype of CPU tensors (kernels are the CPU's), not the quantized ones.
+  c10::DeviceCapability getDeviceCapability(c10::Device d) const override {
+    checkDevice(d.has_index() ? d.index() : currentDevice());
+    c10::DeviceCapability cap;
+    auto& t = cap.capability_data.supported_scalar_types;
+    t.has_QInt8 = t.has_QUInt8 = t.has_QInt32 = t.has_QUInt4x2 = t.has_QUInt2x4 = 0;
+    return cap;
+  }
 
   void destroyEvent(void* event, const c10::DeviceIndex) const noexcept override {
     if (event) omr::eventDestroy(asEvent(event));
   }
   void record(void** event, const c10::Stream& stream, const c10::DeviceIndex device_index,
               const c10::EventFlag flag) const override {
-    TORCH_CHECK(device_index == -1 || device_index == stream.device_index(),
-                "Event device index ", device_index, " does not match recording stream's device index ",
-                stream.device_index(), ".");
+    TORCH_CHECK(device_index == -1 || device_index == stream.device_index(), "Event device index ",
+                static_cast<int>(device_index), " does not match recording stream's device index ",
+                static_cast<int>(stream.device_index()), ".");
     if (!*event) *event = omr::eventCreate(flag == c10::EventFlag::BACKEND_DEFAULT);
     OMR_CALL(omr::eventRecord(asEvent(*event), stream.device_index(), streamId(stream)));
   }

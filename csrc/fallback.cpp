@@ -570,6 +570,7 @@ class Planner {
     try {
       op_.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta);
     } catch (const std::exception& e) {
+      if (isInterrupt(e)) throw;  // Ctrl-C during a Python meta kernel
       // no meta kernel, or invalid input: the synchronous path decides
       return fail(plan, std::string("meta kernel failed: ") + e.what());
     }
@@ -902,7 +903,8 @@ class AsyncCall {
     try {
       at::AutoDispatchBelowADInplaceOrView below_autograd;
       op_.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &stack);
-    } catch (const std::exception&) {
+    } catch (const std::exception& e) {
+      if (isInterrupt(e)) throw;
       return nullptr;
     }
     size_t nrets = new_plan_->returns.size();

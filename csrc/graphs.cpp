@@ -10,7 +10,10 @@
 // draw, at each replay, fresh offsets from their generator (as CUDA graphs do
 // with Philox seed and offset): replays give new values, reproducible from
 // the seed.
+#include <ATen/core/GraphImplInterface.h>
 #include <c10/core/DeviceGuard.h>
+
+#include <fstream>
 
 #include <atomic>
 #include <mutex>
@@ -35,6 +38,7 @@ struct GraphState {
   c10::DeviceIndex device = -1;
   omr::StreamId stream = 0;
   c10::MempoolId_t pool{0, 0};
+  bool keep_graph = false;  // false: instantiated at capture_end; true: at instantiate() or the first replay()
   bool capturing = false, captured = false, instantiated = false;
   std::shared_ptr<GraphRng> rng;
 };
@@ -65,11 +69,12 @@ constexpr omr::StreamId kGraphPoolKeyBase = 1 << 20;
 
 }  // namespace
 
-int64_t graphCreate(bool /*keep_graph*/) {
+int64_t graphCreate(bool keep_graph) {
   Registry& r = registry();
   std::lock_guard<std::mutex> lk(r.mu);
   int64_t h = r.next_graph++;
   r.graphs[h].graph = omr::graphCreate();
+  r.graphs[h].keep_graph = keep_graph;
   return h;
 }
 
@@ -147,6 +152,7 @@ void graphCaptureEnd(int64_t handle) {
   r.num_captures = r.captures.size();
   s.capturing = false;
   s.captured = true;
+  s.instantiated = !s.keep_graph;  // CUDAGraph's contract
 }
 
 void graphInstantiate(int64_t handle) {
@@ -166,7 +172,7 @@ void graphReplay(int64_t handle) {
     std::lock_guard<std::mutex> lk(r.mu);
     GraphState& s = graphOf(r, handle);
     TORCH_CHECK(s.captured, "MTIAGraph: replay before the capture ended");
-    TORCH_CHECK(s.instantiated, "MTIAGraph: replay before instantiate()");
+    s.instantiated = true;  // keep_graph=True: the first replay instantiates
     rng = s.rng;
     g = s.graph;
     device = s.device;
@@ -185,6 +191,12 @@ void graphReplay(int64_t handle) {
     });
   }
   OMR_CALL(omr::graphLaunch(g, device, streamId(currentStream(device))));
+}
+
+std::vector<std::string> graphTaskNames(int64_t handle) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lk(r.mu);
+  return omr::graphTaskNames(graphOf(r, handle).graph);
 }
 
 c10::MempoolId_t graphPool(int64_t handle) {
@@ -229,4 +241,31 @@ omr::StreamId allocationPoolKey(c10::DeviceIndex device, omr::StreamId stream) {
   return kGraphPoolKeyBase + static_cast<omr::StreamId>(pool.first + pool.second);
 }
 
+namespace {
+
+// torch.accelerator.Graph on mtia: the same graphs as torch.mtia.MTIAGraph.
+struct MTIAGraphImpl final : public at::GraphImplInterface {
+  explicit MTIAGraphImpl(const at::GraphImplArgs& args = {}) : handle(graphCreate(args.keep_graph)) {}
+  ~MTIAGraphImpl() override { graphDestroy(handle); }
+  void capture_begin(c10::MempoolId_t pool, at::GraphCaptureMode) override { graphCaptureBegin(handle, pool); }
+  void capture_end() override { graphCaptureEnd(handle); }
+  void instantiate() override { graphInstantiate(handle); }
+  void replay() override { graphReplay(handle); }
+  void reset() override { graphReset(handle); }
+  c10::MempoolId_t pool() const override { return graphPool(handle); }
+  void enable_debug_mode() override {}  // a capture is always kept as a list of named tasks
+  void debug_dump(const std::string& path) override {  // one line per recorded task, in order
+    std::ofstream out(path);
+    TORCH_CHECK(out, "MTIAGraph: cannot write ", path);
+    for (const std::string& name : graphTaskNames(handle)) out << name << "\n";
+  }
+  const int64_t handle;
+};
+
+}  // namespace
 }  // namespace openmtia
+
+namespace at {
+// The registry key is the device type's name: "MTIA".
+C10_REGISTER_CLASS(GraphImplRegistry, MTIA, openmtia::MTIAGraphImpl);
+}  // namespace at

@@ -1,5 +1,6 @@
 // The openmtia._C Python module. Loading it registers everything (hooks,
 // guard, allocator, kernels, fallback) through static initializers.
+#include <torch/csrc/Exceptions.h>
 #include <torch/csrc/Generator.h>
 #include <torch/csrc/utils/pybind.h>
 #include <torch/library.h>
@@ -39,6 +40,17 @@ void openmtia::withoutGil(const std::function<void()>& fn) {
   } else {
     fn();
   }
+}
+
+bool openmtia::isInterrupt(const std::exception& e) {
+  // Python errors reach C++ as torch's python_error or pybind11's
+  // error_already_set (Python kernels called through the dispatcher)
+  PyObject* type = nullptr;
+  if (auto* pe = dynamic_cast<const python_error*>(&e)) type = pe->type;
+  else if (auto* be = dynamic_cast<const py::error_already_set*>(&e)) type = be->type().ptr();
+  if (!type) return false;
+  py::gil_scoped_acquire gil;
+  return !PyErr_GivenExceptionMatches(type, PyExc_Exception);  // BaseException only
 }
 
 // Test-only ops with a C++ CPU kernel and no meta kernel: tests give them

@@ -721,6 +721,12 @@ bool streamIsCapturing(int device, StreamId stream) {
 
 size_t graphTaskCount(const Graph* graph) { return graph->tasks->tasks.size(); }
 
+std::vector<std::string> graphTaskNames(const Graph* graph) {
+  std::vector<std::string> names;
+  for (const auto& task : graph->tasks->tasks) names.push_back(task.first);
+  return names;
+}
+
 void graphLaunch(Graph* graph, int device, StreamId stream) {
   launch(device, stream, "graph", [tasks = graph->tasks] {
     for (auto& [name, task] : tasks->tasks) {

@@ -12,6 +12,7 @@
 #include <functional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace omr {
 
@@ -141,6 +142,7 @@ void streamBeginCapture(int device, StreamId stream, Graph* graph);
 void streamEndCapture(int device, StreamId stream);
 bool streamIsCapturing(int device, StreamId stream);
 size_t graphTaskCount(const Graph* graph);
+std::vector<std::string> graphTaskNames(const Graph* graph);  // in order
 void graphLaunch(Graph* graph, int device, StreamId stream);
 void graphClear(Graph* graph);  // drops the recorded tasks
 

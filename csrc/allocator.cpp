@@ -95,7 +95,10 @@ struct MTIAAllocator final : public c10::DeviceAllocator {
   }
   bool initialized() override { return true; }
   void emptyCache(c10::MempoolId_t) override {
-    for (c10::DeviceIndex i = 0; i < deviceCount(); ++i) cacheOf(i).emptyCache();
+    // waits for queued work (which may use freed blocks): other Python threads run meanwhile
+    withoutGil([] {
+      for (c10::DeviceIndex i = 0; i < deviceCount(); ++i) cacheOf(i).emptyCache();
+    });
   }
   // Tasks hold no device memory: a block freed by the host returns to its
   // stream's pool at once (work on that stream is ordered after what used

@@ -31,18 +31,63 @@ def test_capture_records_instead_of_running_and_replay_reruns_on_new_data():
     g.reset()
 
 
-def test_replay_before_capture_end_or_instantiate_is_an_error():
+def test_replay_before_capture_end_is_an_error():
     g = torch.mtia.MTIAGraph()
     with pytest.raises(RuntimeError, match="replay before the capture ended"):
         g.replay()
+
+
+def begin(g):
+    if isinstance(g, torch.mtia.MTIAGraph):
+        g.capture_begin((0, 0))
+    else:
+        g.capture_begin()
+
+
+@pytest.mark.parametrize("make", [torch.mtia.MTIAGraph, torch.accelerator.Graph])
+def test_keep_graph_false_replays_right_after_capture(make):
+    # CUDAGraph's contract: keep_graph=False (the default) instantiates at capture_end
+    g = make()
     x = torch.ones(4, device="mtia")
-    with torch.mtia.graph(g):
+    with torch.mtia.stream(torch.mtia.Stream()):
+        begin(g)
         x.add_(1)
-    with pytest.raises(RuntimeError, match="replay before instantiate"):
-        g.replay()
+        g.capture_end()
+    g.replay()
+    g.replay()
+    assert torch.equal(x.cpu(), torch.full((4,), 3.0))  # capture ran nothing; two replays ran twice
+
+
+@pytest.mark.parametrize("make", [torch.mtia.MTIAGraph, torch.accelerator.Graph])
+def test_keep_graph_true_instantiates_at_the_first_replay(make):
+    g = make(keep_graph=True)
+    x = torch.ones(4, device="mtia")
+    with torch.mtia.stream(torch.mtia.Stream()):
+        begin(g)
+        x.mul_(3)
+        g.capture_end()
+    g.replay()  # no instantiate() first
+    assert torch.equal(x.cpu(), torch.full((4,), 3.0))
     g.instantiate()
     g.replay()
-    assert torch.equal(x.cpu(), torch.full((4,), 2.0))  # capture ran nothing; one replay ran once
+    assert torch.equal(x.cpu(), torch.full((4,), 9.0))
+
+
+def test_torch_accelerator_graph_runs_device_generic_graph_code(tmp_path):
+    x = torch.zeros(8, device="mtia")
+    stream = torch.Stream(device="mtia")
+    graph = torch.accelerator.Graph()
+    with stream, graph:  # the docstring's example
+        x += 1
+    graph.replay()
+    graph.replay()
+    assert torch.equal(x.cpu(), torch.full((8,), 2.0))
+    assert isinstance(graph.pool(), tuple)
+    graph.debug_dump(str(tmp_path / "g.txt"))
+    assert (tmp_path / "g.txt").read_text().split() == ["aten::add_"]
+    graph.reset()
+    with pytest.raises(RuntimeError, match="replay before the capture ended"):
+        graph.replay()
 
 
 def test_capture_on_the_default_stream_is_an_error():

@@ -214,8 +214,8 @@ class HostCall {
     if (!h.defined() || h.device().type() != c10::kCPU) return h;
     auto* impl = h.unsafeGetTensorImpl();
     if (host_inputs_.count(impl)) return h;  // a genuine CPU input returned as is
-    TORCH_CHECK(h.layout() == c10::kStrided, "openmtia: op ", op_.schema().name(), " returned a ", h.layout(),
-                " tensor; mtia supports strided tensors only");
+    TORCH_CHECK_NOT_IMPLEMENTED(h.layout() == c10::kStrided, "openmtia supports strided tensors only: ",
+                                op_.schema().name(), " would return a ", h.layout(), " mtia tensor");
     auto it = host_impl_to_device_.find(impl);
     if (it != host_impl_to_device_.end()) return it->second;
     auto sit = host_storage_to_device_.find(h.storage().unsafeGetStorageImpl());
@@ -467,6 +467,7 @@ class KeyBuilder {
   bool tensor(const at::Tensor& t) {
     if (!t.defined()) return put('u', 0);
     put('t', static_cast<int64_t>(t.device().type()) * 1000 + t.device().index());
+    put('a', storageIndex(t));
     put('y', static_cast<int64_t>(t.scalar_type()) | (t.is_conj() << 8) | (t.is_neg() << 9) |
                  (static_cast<int64_t>(t.layout()) << 10));
     put('o', t.storage_offset());
@@ -477,6 +478,24 @@ class KeyBuilder {
     }
     return true;
   }
+  // Which earlier tensor argument's storage t shares (aliasing decides memory
+  // overlap checks), by order of first appearance.
+  int64_t storageIndex(const at::Tensor& t) {
+    const void* s = t.has_storage() ? t.storage().unsafeGetStorageImpl() : nullptr;
+    if (!s) return -1;
+    if (storages_.size() < 32) {
+      auto it = std::find(storages_.begin(), storages_.end(), s);
+      if (it != storages_.end()) return it - storages_.begin();
+    } else {
+      if (index_.empty())
+        for (size_t i = 0; i < storages_.size(); ++i) index_.emplace(storages_[i], i);
+      auto it = index_.find(s);
+      if (it != index_.end()) return static_cast<int64_t>(it->second);
+      index_.emplace(s, storages_.size());
+    }
+    storages_.push_back(s);
+    return static_cast<int64_t>(storages_.size()) - 1;
+  }
   bool put(char tag, int64_t v) { return putBytes(tag, v); }
   template <typename T>
   bool putBytes(char tag, const T& v) {
@@ -485,6 +504,8 @@ class KeyBuilder {
     return true;
   }
   std::string key_;
+  std::vector<const void*> storages_;
+  std::unordered_map<const void*, size_t> index_;  // storages_, once it is long
 };
 
 class PlanCache {
@@ -713,15 +734,25 @@ class AsyncCall {
     std::shared_ptr<const Plan> plan = planCache().get(key_);
     if (!plan) {
       new_plan_ = Planner(op_).plan(args);
-      if (!new_plan_->async || isStructured(op_)) {  // a structured op's meta function is its CPU kernel's
+      if (!new_plan_->async) {
         planCache().put(key_, new_plan_);
-        if (!new_plan_->async) return Result::kSync;
+        return Result::kSync;
+      }
+      // A dry run of the CPU kernel on the host makes its own argument checks
+      // (dtype support, memory overlap, index bounds of empty inputs, ...)
+      // and warnings happen at the call: a call they reject runs synchronously
+      // now and raises. Once per signature (the key holds all they depend on
+      // but device data).
+      flat_args_ = flatTensors(args);
+      for (const auto& t : flat_args_) before_.push_back(t.defined() ? metaOf(t) : Plan::Meta{});
+      bool skipped = false;
+      plan = dryRun(args, &skipped);
+      if (!plan) {
+        // a structured op's meta function is its CPU kernel's: without a dry
+        // run (large arguments), its plan stands
+        if (!skipped || !isStructured(op_)) return Result::kVerify;  // checked by running this call synchronously
+        planCache().put(key_, new_plan_);
         plan = new_plan_;
-      } else {
-        flat_args_ = flatTensors(args);
-        for (const auto& t : flat_args_) before_.push_back(t.defined() ? metaOf(t) : Plan::Meta{});
-        plan = dryRun(args);
-        if (!plan) return Result::kVerify;  // checked by running this call synchronously
       }
     }
     if (!plan->async) return Result::kSync;
@@ -862,7 +893,7 @@ class AsyncCall {
   // depend on the values (ops whose shapes do are synchronous anyway). Returns
   // nullptr when the twins would be large or the kernel rejects zeros (e.g. a
   // factorization): the first call then runs synchronously on the real data.
-  std::shared_ptr<const Plan> dryRun(std::vector<c10::IValue> stack) {
+  std::shared_ptr<const Plan> dryRun(std::vector<c10::IValue> stack, bool* skipped) {
     constexpr size_t kMaxTwinBytes = size_t(64) << 20;
     const auto& schema = op_.schema();
     size_t bytes = 0;
@@ -888,7 +919,10 @@ class AsyncCall {
           if (ok && n) std::memset(st.mutable_data(), 0, n);
           sit = storages.emplace(si, std::move(st)).first;
         }
-        it = twins.emplace(t.unsafeGetTensorImpl(), viewOn(sit->second, t, c10::DispatchKey::CPU)).first;
+        at::Tensor tw = viewOn(sit->second, t, c10::DispatchKey::CPU);
+        // a Python number stays one (it does not take part in type promotion)
+        if (t.unsafeGetTensorImpl()->is_wrapped_number()) tw.unsafeGetTensorImpl()->set_wrapped_number(true);
+        it = twins.emplace(t.unsafeGetTensorImpl(), std::move(tw)).first;
       }
       flat.push_back(it->second);
       return it->second;
@@ -899,7 +933,10 @@ class AsyncCall {
       else if (v.isDevice() && v.toDevice().type() == kMTIA) v = c10::Device(c10::kCPU);
       else v = mapTensors(v, twin);
     }
-    if (!ok) return nullptr;
+    if (!ok) {
+      *skipped = true;
+      return nullptr;
+    }
     try {
       at::AutoDispatchBelowADInplaceOrView below_autograd;
       op_.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &stack);

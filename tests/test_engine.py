@@ -314,3 +314,105 @@ def test_ctrl_c_during_the_first_mtia_op_raises_keyboard_interrupt(delay):
     p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=60)
     assert out.strip() == "KeyboardInterrupt", out + err
+
+
+# ---------------------------------------------------------------- 6. smaller semantics
+
+def test_an_event_recorded_on_another_device_raises_with_both_indices():
+    e = torch.Event(device="mtia")
+    with torch.mtia.device(1):
+        e.record(torch.mtia.current_stream())
+    with pytest.raises(RuntimeError, match=r"Event device index 1 does not match recording stream's device index 0\."):
+        e.record(torch.mtia.Stream(device=0))
+    e.synchronize()
+    assert e.query()
+
+
+def test_torch_accelerator_reports_the_device_capability():
+    cap = torch.accelerator.get_device_capability()
+    assert cap == torch.accelerator.get_device_capability("mtia:0")
+    dtypes = cap["supported_dtypes"]
+    assert {torch.float32, torch.bfloat16, torch.float16, torch.int64, torch.bool, torch.complex64} <= dtypes
+    assert torch.qint8 not in dtypes
+    assert torch.mtia.get_device_capability() == (1, 0)
+    with pytest.raises(RuntimeError, match="invalid mtia device index 9"):
+        torch.accelerator.get_device_capability("mtia:9")
+
+
+@pytest.mark.parametrize("make", [
+    lambda i, v: torch.sparse_coo_tensor(i, v, (2, 2)).to("mtia"),
+    lambda i, v: torch.sparse_coo_tensor(i, v, (2, 2), device="mtia"),
+    lambda i, v: torch.zeros(2, 2, device="mtia").to_sparse(),
+])
+def test_sparse_entry_points_raise_the_strided_only_error(make):
+    i, v = torch.tensor([[0, 1], [1, 0]]), torch.tensor([1.0, 2.0])
+    with pytest.raises(NotImplementedError, match="openmtia supports strided tensors only"):
+        make(i, v)
+    assert torch.ones(2, device="mtia").sum().item() == 2
+
+
+# ---------------------------------------------------------------- 3. errors at the op
+
+def cases_at_the_call():
+    d = "mtia"
+    x = torch.randn(4, 4, device=d)
+    i = torch.tensor([1, 2], device=d)
+    idx = torch.tensor([0, 1], device=d)
+    return [
+        ("out= dtype", RuntimeError, "can't be cast to the desired output type",
+         lambda: torch.add(x, x, out=torch.empty(4, 4, dtype=torch.int64, device=d))),
+        ("cat overlap", RuntimeError, "unsupported operation", lambda: torch.cat([x, x], out=x)),
+        ("index_copy_ overlap", RuntimeError, "unsupported operation", lambda: x.index_copy_(0, idx, x[:2])),
+        ("index_add_ overlap", RuntimeError, "unsupported operation", lambda: x.index_add_(0, idx, x[:2])),
+        ("scatter_ overlap", RuntimeError, "unsupported operation",
+         lambda: x.scatter_(0, torch.zeros(2, 4, dtype=torch.long, device=d), x[:2])),
+        ("add alpha", RuntimeError, "alpha must not be a floating point", lambda: torch.add(i, i, alpha=1.5)),
+        ("sub alpha", RuntimeError, "alpha must not be a floating point", lambda: torch.sub(i, i, alpha=1.5)),
+        ("floor complex", NotImplementedError, "floor is not supported for complex",
+         lambda: torch.floor(torch.randn(3, dtype=torch.complex64, device=d))),
+        ("empty index", IndexError, "out of bounds for dimension with size 0",
+         lambda: torch.randn(0, device=d)[torch.tensor([1], device=d)]),
+    ]
+
+
+@pytest.mark.parametrize("case", range(len(cases_at_the_call())))
+def test_argument_errors_raise_at_the_call_on_every_call(case):
+    name, exc, pattern, call = cases_at_the_call()[case]
+    for _ in range(3):  # the first call of a signature and cached ones alike
+        gate = hold()  # the device is busy: a task-time error could not surface before the sync
+        try:
+            with pytest.raises(exc, match=pattern):
+                call()
+        finally:
+            gate.release()
+        torch.mtia.synchronize()  # nothing left behind for the next sync
+    assert torch.ones(2, device="mtia").sum().item() == 2
+
+
+def test_an_aliasing_pattern_is_planned_on_its_own():
+    # the same shapes without overlap run asynchronously; the overlapping call raises
+    x = torch.randn(4, 4, device="mtia")
+    y = torch.randn(4, 4, device="mtia")
+    idx = torch.tensor([0, 1], device="mtia")
+    for _ in range(2):
+        x.index_add_(0, idx, y[:2])
+    with pytest.raises(RuntimeError, match="unsupported operation"):
+        x.index_add_(0, idx, x[:2])
+    x.index_add_(0, idx, y[:2])
+    torch.mtia.synchronize()
+
+
+def test_errors_that_depend_on_device_data_raise_at_the_next_sync_naming_the_op():
+    x = torch.randn(4, 4, device="mtia")
+    bad = torch.tensor([10], device="mtia")  # the value lives on the device
+    y = x[bad]  # as CUDA's device-side assert: not known at the call
+    with pytest.raises(RuntimeError, match="asynchronous task 'aten::index' failed.*index 10 is out of bounds"):
+        torch.mtia.synchronize()
+    del y
+    assert torch.ones(2, device="mtia").sum().item() == 2
+
+
+def test_kernel_warnings_are_python_warnings_at_the_call():
+    with pytest.warns(UserWarning, match="out of bounds"):
+        torch.empty(5, device="mtia").random_(0, 2**60)
+    torch.mtia.synchronize()

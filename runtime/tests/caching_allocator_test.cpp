@@ -1,6 +1,12 @@
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <memory>
+#include <mutex>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -167,4 +173,68 @@ TEST(CachingAllocator, GarbageCollectionFreesCachedBlocksBeforeGrowing) {
   EXPECT_EQ(a.stats().num_device_free, 1);
   a.free(q);
   a.emptyCache();
+}
+
+namespace {
+// Holds a stream busy until opened.
+struct Gate {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool open = false;
+  void release() {
+    std::lock_guard<std::mutex> lk(mu);
+    open = true;
+    cv.notify_all();
+  }
+  void wait() {
+    std::unique_lock<std::mutex> lk(mu);
+    cv.wait(lk, [this] { return open; });
+  }
+};
+}  // namespace
+
+TEST(CachingAllocator, AFreedBlockIsReusedAtOnceOnItsStream) {
+  CachingAllocator cache(0, CacheConfig{});
+  auto gate = std::make_shared<Gate>();
+  omr::launch(0, 1, "gate", [gate] { gate->wait(); });  // stream 1 is busy
+  void* a = cache.malloc(4096, 1);
+  cache.free(a);                       // queued work on stream 1 may still use it:
+  EXPECT_EQ(cache.malloc(4096, 1), a);  // stream order makes reuse safe, no wait
+  gate->release();
+  omr::streamSynchronize(0, 1);
+}
+
+TEST(CachingAllocator, RecordStreamDefersReuseUntilTheOtherStreamPassedTheFree) {
+  CachingAllocator cache(0, CacheConfig{});
+  auto gate = std::make_shared<Gate>();
+  void* a = cache.malloc(4096, 1);
+  omr::launch(0, 2, "gate", [gate] { gate->wait(); });  // stream 2 uses a, and is busy
+  cache.recordStream(a, 2);
+  cache.recordStream(a, 1);  // its own stream: ignored
+  cache.free(a);
+  void* b = cache.malloc(4096, 1);
+  EXPECT_NE(b, a);  // stream 2 has not passed the free
+  gate->release();
+  omr::streamSynchronize(0, 2);
+  EXPECT_EQ(cache.malloc(4096, 1), a);
+  cache.free(b);
+}
+
+TEST(Streams, ALaunchIntoAFullQueueWaitsForRoom) {
+  size_t depth = omr::launchQueueDepth();
+  auto gate = std::make_shared<Gate>();
+  std::atomic<size_t> launched{0};
+  omr::launch(0, 3, "gate", [gate] { gate->wait(); });
+  std::thread host([&] {
+    for (size_t i = 0; i < depth + 10; ++i) {
+      omr::launch(0, 3, "noop", [] {});
+      ++launched;
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(launched.load(), depth - 1);  // the gate and depth - 1 more are pending
+  gate->release();
+  host.join();
+  EXPECT_EQ(launched.load(), depth + 10);
+  omr::streamSynchronize(0, 3);
 }

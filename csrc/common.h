@@ -8,8 +8,12 @@
 #include <c10/core/Stream.h>
 #include <c10/util/Exception.h>
 
+#include <ATen/core/stack.h>
+
 #include <functional>
 #include <memory>
+#include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "openmtia/caching_allocator.h"
@@ -18,6 +22,7 @@
 namespace c10 {
 struct FunctionSchema;
 struct IValue;
+class OperatorHandle;
 }  // namespace c10
 
 namespace openmtia {
@@ -170,6 +175,12 @@ class PrebuiltKernel {
 std::shared_ptr<PrebuiltKernel> prebuildKernel(const c10::FunctionSchema& schema, std::vector<c10::IValue> args,
                                                std::vector<at::Tensor> outs, const std::vector<at::Tensor>& constants);
 int64_t prebuiltKernelCount();  // made so far (for tests)
+// ---- the boxed fallback (fallback.cpp), for kernels that take it for the
+// calls they do not handle themselves
+void boxedFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+// Ops with an unboxed kernel for their common case (pointwise.cpp), as
+// "name.overload" without "aten::".
+const std::unordered_set<std::string>& unboxedOps();
 // ---- what the fallback registers (for `python -m openmtia.ops`)
 std::vector<std::string> cpuKernelOverCompositeOps();
 std::vector<std::string> structuredOps();

@@ -1099,6 +1099,8 @@ void mtiaFallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
 
 }  // namespace
 
+void boxedFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) { mtiaFallback(op, {}, stack); }
+
 TORCH_LIBRARY_IMPL(_, MTIA, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&mtiaFallback>()); }
 
 // Ops with both a CPU kernel and a CompositeExplicitAutograd kernel would get
@@ -1135,6 +1137,7 @@ TORCH_LIBRARY_IMPL(aten, MTIA, m) {
   for (const auto& op : kStructuredOps) {
     std::string name = std::string(op.name).substr(6);  // without "aten::"
     if (*op.overload) name += std::string(".") + op.overload;
+    if (unboxedOps().count(name)) continue;  // pointwise.cpp's kernel (which falls back here)
     m.impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<&mtiaFallback>());
   }
 }

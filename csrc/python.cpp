@@ -76,6 +76,11 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("_cpu_kernel_over_composite_ops", &openmtia::cpuKernelOverCompositeOps);
   m.def("_structured_ops", &openmtia::structuredOps);
+  m.def("_unboxed_ops", [] {
+    std::vector<std::string> out;
+    for (const auto& name : openmtia::unboxedOps()) out.push_back("aten::" + name);
+    return out;
+  });
   m.def("_staged_result_count", &openmtia::stagedResultCount);
   m.def("_prebuilt_kernel_count", &openmtia::prebuiltKernelCount);
   m.def("_device_memory_info", [](int device) {

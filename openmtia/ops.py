@@ -6,7 +6,10 @@
 An op listed here runs openmtia's own kernel (copies, allocation, views,
 fill, ...), or, marked "cpu-kernel", the CPU kernel chosen over a composite
 decomposition, or, marked "structured", the CPU structured kernel (run into
-the device outputs directly where that is exactly the op). Every other aten op goes through the boxed fallback,
+the device outputs directly where that is exactly the op), or, marked
+"unboxed", an unboxed kernel for the op's plain case (same-shape contiguous
+floating operands: a loop over device pointers) that sends every other call
+to the structured CPU kernel through the fallback. Every other aten op goes through the boxed fallback,
 which runs the CPU kernel on host views of device memory, asynchronously on
 the current stream where its Meta kernel allows (set OPENMTIA_DEBUG_FALLBACK=1
 to see each call's path).
@@ -33,8 +36,11 @@ def main():
     ops = native_ops()
     structured = set(openmtia._C._structured_ops())
     cpu_kernel = set(openmtia._C._cpu_kernel_over_composite_ops())
+    unboxed = set(openmtia._C._unboxed_ops())
 
     def kind(name):
+        if name in unboxed:
+            return "  (unboxed)"
         if name in cpu_kernel:
             return "  (cpu-kernel)"
         return "  (structured)" if name in structured else ""
@@ -42,9 +48,11 @@ def main():
         for name in ops:
             print(f"{name}{kind(name)}")
     n_cpu = sum(n in cpu_kernel for n in ops)
-    n_struct = sum(n in structured and n not in cpu_kernel for n in ops)
-    print(f"# {len(ops) - n_cpu - n_struct} openmtia kernels, {n_struct} structured CPU kernels, "
-          f"{n_cpu} CPU kernels chosen over composites; every other aten op: the fallback")
+    n_unboxed = sum(n in unboxed for n in ops)
+    n_struct = sum(n in structured and n not in cpu_kernel and n not in unboxed for n in ops)
+    print(f"# {len(ops) - n_cpu - n_struct - n_unboxed} openmtia kernels, {n_unboxed} unboxed pointwise kernels, "
+          f"{n_struct} structured CPU kernels, {n_cpu} CPU kernels chosen over composites; "
+          "every other aten op: the fallback")
 
 
 if __name__ == "__main__":

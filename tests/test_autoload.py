@@ -38,6 +38,7 @@ def test_native_ops_command():
     for op in ("aten::copy_", "aten::empty.memory_format", "aten::_local_scalar_dense", "aten::resize_"):
         assert op in lines
     assert "aten::convolution  (cpu-kernel)" in lines
+    assert "aten::add.Tensor  (unboxed)" in lines
     assert lines[-1].startswith("# ")
 
 

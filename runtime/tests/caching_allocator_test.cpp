@@ -2,10 +2,8 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstring>
 #include <memory>
-#include <mutex>
 #include <thread>
 #include <string>
 #include <vector>
@@ -176,45 +174,36 @@ TEST(CachingAllocator, GarbageCollectionFreesCachedBlocksBeforeGrowing) {
 }
 
 namespace {
-// Holds a stream busy until opened.
-struct Gate {
-  std::mutex mu;
-  std::condition_variable cv;
-  bool open = false;
-  void release() {
-    std::lock_guard<std::mutex> lk(mu);
-    open = true;
-    cv.notify_all();
-  }
-  void wait() {
-    std::unique_lock<std::mutex> lk(mu);
-    cv.wait(lk, [this] { return open; });
-  }
-};
+// A task that holds its stream busy until *release (as runtime_test.cpp's tests do).
+omr::Task busyUntil(std::shared_ptr<std::atomic<bool>> release) {
+  return [release] {
+    while (!*release) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  };
+}
 }  // namespace
 
 TEST(CachingAllocator, AFreedBlockIsReusedAtOnceOnItsStream) {
   CachingAllocator cache(0, CacheConfig{});
-  auto gate = std::make_shared<Gate>();
-  omr::launch(0, 1, "gate", [gate] { gate->wait(); });  // stream 1 is busy
+  auto release = std::make_shared<std::atomic<bool>>(false);
+  omr::launch(0, 1, "busy", busyUntil(release));  // stream 1 is busy
   void* a = cache.malloc(4096, 1);
   cache.free(a);                       // queued work on stream 1 may still use it:
   EXPECT_EQ(cache.malloc(4096, 1), a);  // stream order makes reuse safe, no wait
-  gate->release();
+  *release = true;
   omr::streamSynchronize(0, 1);
 }
 
 TEST(CachingAllocator, RecordStreamDefersReuseUntilTheOtherStreamPassedTheFree) {
   CachingAllocator cache(0, CacheConfig{});
-  auto gate = std::make_shared<Gate>();
+  auto release = std::make_shared<std::atomic<bool>>(false);
   void* a = cache.malloc(4096, 1);
-  omr::launch(0, 2, "gate", [gate] { gate->wait(); });  // stream 2 uses a, and is busy
+  omr::launch(0, 2, "busy", busyUntil(release));  // stream 2 uses a, and is busy
   cache.recordStream(a, 2);
   cache.recordStream(a, 1);  // its own stream: ignored
   cache.free(a);
   void* b = cache.malloc(4096, 1);
   EXPECT_NE(b, a);  // stream 2 has not passed the free
-  gate->release();
+  *release = true;
   omr::streamSynchronize(0, 2);
   EXPECT_EQ(cache.malloc(4096, 1), a);
   cache.free(b);
@@ -222,9 +211,9 @@ TEST(CachingAllocator, RecordStreamDefersReuseUntilTheOtherStreamPassedTheFree) 
 
 TEST(Streams, ALaunchIntoAFullQueueWaitsForRoom) {
   size_t depth = omr::launchQueueDepth();
-  auto gate = std::make_shared<Gate>();
+  auto release = std::make_shared<std::atomic<bool>>(false);
   std::atomic<size_t> launched{0};
-  omr::launch(0, 3, "gate", [gate] { gate->wait(); });
+  omr::launch(0, 3, "busy", busyUntil(release));
   std::thread host([&] {
     for (size_t i = 0; i < depth + 10; ++i) {
       omr::launch(0, 3, "noop", [] {});
@@ -232,8 +221,8 @@ TEST(Streams, ALaunchIntoAFullQueueWaitsForRoom) {
     }
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  EXPECT_EQ(launched.load(), depth - 1);  // the gate and depth - 1 more are pending
-  gate->release();
+  EXPECT_EQ(launched.load(), depth - 1);  // the busy task and depth - 1 more are pending
+  *release = true;
   host.join();
   EXPECT_EQ(launched.load(), depth + 10);
   omr::streamSynchronize(0, 3);

@@ -876,16 +876,29 @@ class AsyncCall {
     return plan;
   }
 
-  std::shared_ptr<const Plan> cacheChecked(std::shared_ptr<Plan> plan) {
+  // `cache` false: the plan serves this call only (its signature warns, and
+  // must warn at every call).
+  std::shared_ptr<const Plan> cacheChecked(std::shared_ptr<Plan> plan, bool cache = true) {
     if (!plan) {
       plan = std::make_shared<Plan>();  // synchronous from now on
       if (debugFallback())
         std::fprintf(stderr, "openmtia: %s runs synchronously: its meta kernel does not match the CPU kernel\n",
                      op_.schema().name().c_str());
     }
-    planCache().put(key_, plan);
+    if (cache) planCache().put(key_, plan);
     return plan;
   }
+
+  // Passes warnings on to the thread's handler (Python's, at a Python call),
+  // counting them.
+  struct CountingWarningHandler final : public c10::WarningHandler {
+    c10::WarningHandler* next = c10::WarningUtils::get_warning_handler();
+    int count = 0;
+    void process(const c10::Warning& warning) override {
+      ++count;
+      next->process(warning);
+    }
+  };
 
   // Checks a new plan without waiting for the device: runs the CPU kernel on
   // the host over zero-filled CPU twins of the arguments (same metadata, one
@@ -937,7 +950,9 @@ class AsyncCall {
       *skipped = true;
       return nullptr;
     }
+    CountingWarningHandler warnings;  // the kernel's warnings are the call's
     try {
+      c10::WarningUtils::WarningHandlerGuard guard(&warnings);
       at::AutoDispatchBelowADInplaceOrView below_autograd;
       op_.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &stack);
     } catch (const std::exception& e) {
@@ -946,7 +961,9 @@ class AsyncCall {
     }
     size_t nrets = new_plan_->returns.size();
     if (stack.size() < nrets) return nullptr;
-    return cacheChecked(checked(*new_plan_, &*(stack.end() - nrets), flat, before_, c10::kCPU));
+    // a signature that warns is checked again at every call: so it warns at every call
+    return cacheChecked(checked(*new_plan_, &*(stack.end() - nrets), flat, before_, c10::kCPU),
+                        /*cache=*/warnings.count == 0);
   }
 
   static std::vector<at::Tensor> flatTensors(const std::vector<c10::IValue>& args) {

@@ -1,5 +1,6 @@
 """The engine under pressure: stream-ordered memory, bounded launch queues,
 plans keyed by global state, forked children and Ctrl-C (CUDA's behaviour)."""
+import contextlib
 import os
 import signal
 import subprocess
@@ -241,13 +242,15 @@ def test_deterministic_and_grad_modes_are_part_of_the_plan_key():
         for det in (False, True, False):
             torch.use_deterministic_algorithms(det)
             for grad in (True, False, True):
-                with torch.set_grad_enabled(grad):
+                inference = torch.inference_mode() if (not grad and det) else contextlib.nullcontext()
+                with torch.set_grad_enabled(grad), inference:
                     got = x.to("mtia").index_add(0, idx.to("mtia"), src.to("mtia")).cpu()
                     expect = x.index_add(0, idx, src)
                     assert torch.allclose(got, expect), (det, grad)
                     y = torch.randn(3, 4, requires_grad=True)
                     m = torch.nn.functional.layer_norm(y.to("mtia"), (4,))
                     assert m.requires_grad == grad
+                    assert m.is_inference() == torch.is_inference_mode_enabled()
     finally:
         torch.use_deterministic_algorithms(old)
 
@@ -410,7 +413,9 @@ def test_errors_that_depend_on_device_data_raise_at_the_next_sync_naming_the_op(
     assert torch.ones(2, device="mtia").sum().item() == 2
 
 
-def test_kernel_warnings_are_python_warnings_at_the_call():
-    with pytest.warns(UserWarning, match="out of bounds"):
-        torch.empty(5, device="mtia").random_(0, 2**60)
+def test_kernel_warnings_are_python_warnings_at_every_call():
+    x = torch.empty(5, device="mtia")
+    for _ in range(3):
+        with pytest.warns(UserWarning, match="out of bounds"):
+            x.random_(0, 2**60)
     torch.mtia.synchronize()

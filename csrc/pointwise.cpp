@@ -71,9 +71,12 @@ at::Tensor launch(const at::Tensor& a, const at::Tensor& b, const char* name) {
   return out;
 }
 
+c10::OperatorHandle tensorOverload(const char* name) {
+  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "Tensor");
+}
+
 // The boxed fallback, for calls that are not the plain case.
-at::Tensor boxed(const char* name, std::vector<c10::IValue> args) {
-  const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow(name, "Tensor");
+at::Tensor boxed(const c10::OperatorHandle& op, std::vector<c10::IValue> args) {
   torch::jit::Stack stack(std::move(args));
   boxedFallback(op, &stack);
   return stack.back().toTensor();
@@ -81,22 +84,26 @@ at::Tensor boxed(const char* name, std::vector<c10::IValue> args) {
 
 at::Tensor add(const at::Tensor& a, const at::Tensor& b, const c10::Scalar& alpha) {
   if (isOne(alpha) && plain(a, b)) return launch<Op::kAdd>(a, b, "aten::add");
-  return boxed("aten::add", {a, b, alpha});
+  static const c10::OperatorHandle op = tensorOverload("aten::add");
+  return boxed(op, {a, b, alpha});
 }
 
 at::Tensor sub(const at::Tensor& a, const at::Tensor& b, const c10::Scalar& alpha) {
   if (isOne(alpha) && plain(a, b)) return launch<Op::kSub>(a, b, "aten::sub");
-  return boxed("aten::sub", {a, b, alpha});
+  static const c10::OperatorHandle op = tensorOverload("aten::sub");
+  return boxed(op, {a, b, alpha});
 }
 
 at::Tensor mul(const at::Tensor& a, const at::Tensor& b) {
   if (plain(a, b)) return launch<Op::kMul>(a, b, "aten::mul");
-  return boxed("aten::mul", {a, b});
+  static const c10::OperatorHandle op = tensorOverload("aten::mul");
+  return boxed(op, {a, b});
 }
 
 at::Tensor div(const at::Tensor& a, const at::Tensor& b) {
   if (plain(a, b)) return launch<Op::kDiv>(a, b, "aten::div");
-  return boxed("aten::div", {a, b});
+  static const c10::OperatorHandle op = tensorOverload("aten::div");
+  return boxed(op, {a, b});
 }
 
 }  // namespace

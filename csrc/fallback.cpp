@@ -327,12 +327,12 @@ c10::Storage metaStorage(const c10::Storage& s) {
 // resized. Outputs' metadata depend only on the inputs' metadata and the
 // non-tensor arguments, so plans are cached by those: the Meta kernel (often
 // a Python function in torch._meta_registrations) runs once per signature.
-// A new plan of an op that is not structured is checked against the CPU
-// kernel (AsyncCall::dryRun, or the signature's first call run synchronously):
-// the plan keeps the CPU kernel's result dtypes and strides, and a signature
-// whose Meta kernel disagrees with the CPU kernel stays synchronous.
-// (Structured ops' meta functions are shared with their CPU kernels: their
-// plans are used at once.)
+// A new plan is checked against the CPU kernel (AsyncCall::dryRun, or the
+// signature's first call run synchronously): the plan keeps the CPU kernel's
+// result dtypes and strides, a signature whose Meta kernel disagrees with the
+// CPU kernel stays synchronous, and the kernel's argument checks and warnings
+// happen at the call. (A structured op too large for a dry run uses its meta
+// plan at once: its meta function is its CPU kernel's.)
 struct Plan {
   bool async = false;
   struct Meta {
@@ -904,8 +904,9 @@ class AsyncCall {
   // the host over zero-filled CPU twins of the arguments (same metadata, one
   // twin storage per storage, so aliasing is kept). Output metadata does not
   // depend on the values (ops whose shapes do are synchronous anyway). Returns
-  // nullptr when the twins would be large or the kernel rejects zeros (e.g. a
-  // factorization): the first call then runs synchronously on the real data.
+  // nullptr when the twins would be large (*skipped set) or the kernel rejects
+  // the call (bad arguments, or zeros, e.g. a factorization): the first call
+  // then runs synchronously on the real data, and raises if it is bad.
   std::shared_ptr<const Plan> dryRun(std::vector<c10::IValue> stack, bool* skipped) {
     constexpr size_t kMaxTwinBytes = size_t(64) << 20;
     const auto& schema = op_.schema();

@@ -8,11 +8,15 @@ import sys
 import textwrap
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import torch
 
 import openmtia
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+import pressure_demo  # noqa: E402  (bench/: the scenarios of the pressure demo)
 
 MiB = 1 << 20
 
@@ -135,21 +139,7 @@ def test_a_warm_adamw_loop_is_flat_while_the_device_is_busy():
 
 
 def test_ten_thousand_steps_without_a_sync_run_on_a_256M_device():
-    out = run_python("""
-        import os, torch
-        torch.manual_seed(0)
-        model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10)).to("mtia")
-        opt = torch.optim.SGD(model.parameters(), lr=0.01)
-        data, target = torch.randn(16, 64, device="mtia"), torch.randint(0, 10, (16,), device="mtia")
-        for step in range(10000):
-            opt.zero_grad()
-            torch.nn.functional.cross_entropy(model(data), target).backward()
-            opt.step()
-        torch.mtia.synchronize()
-        print(torch.accelerator.max_memory_reserved(), flush=True)
-        # (skips interpreter teardown: a rare abort there, seen once in CI after this loop, is tracked on its own)
-        os._exit(0)
-    """, env={"OPENMTIA_DEVICE_MEMORY": "256M"})
+    out = run_python(pressure_demo.NO_SYNC_TRAINING, env={"OPENMTIA_DEVICE_MEMORY": "256M"})
     assert int(out.split()[-1]) <= 8 * MiB
 
 

@@ -159,6 +159,26 @@ void withoutGil(const std::function<void()>& fn);
 // code the op called): never swallowed by a fallback path.
 bool isInterrupt(const std::exception& e);
 
+// ---- kernel threads (threads.cpp)
+// Kernels over fewer elements than this run on one thread (see threads.cpp).
+constexpr int64_t kParallelWork = int64_t{1} << 16;
+// The elements of the tensors (and tensor lists) among `values`.
+int64_t workElements(const std::vector<c10::IValue>& values);
+// While alive, OpenMP and MKL parallel regions of this thread use one thread
+// if work_elements < kParallelWork; otherwise it changes nothing.
+class KernelThreads {
+ public:
+  explicit KernelThreads(int64_t work_elements);
+  ~KernelThreads();
+  KernelThreads(const KernelThreads&) = delete;
+  KernelThreads& operator=(const KernelThreads&) = delete;
+
+ private:
+  bool active_ = false;
+  int saved_omp_ = 0;
+  int saved_mkl_ = 0;
+};
+
 // ---- prebuilt kernels for graph replays (prebuilt.cpp)
 // A kernel whose set-up was done once: run() executes the CPU loop.
 class PrebuiltKernel {

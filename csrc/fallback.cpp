@@ -791,15 +791,21 @@ class AsyncCall {
         toHost(args[i]);
       }
     }
+    int64_t work = workElements(args);
+    for (auto& [slot, out] : outs) work += out.numel();
     std::shared_ptr<PrebuiltKernel> prebuilt;
     if (draws.empty() && isCapturing(device_)) prebuilt = prebuild(*plan, flat, args, outs);
     if (prebuilt) {  // a graph replay runs only the CPU loop
-      launchOnCurrentStream(device_, schema.name().c_str(), [prebuilt] { prebuilt->run(); });
+      launchOnCurrentStream(device_, schema.name().c_str(), [prebuilt, work] {
+        KernelThreads threads(work);
+        prebuilt->run();
+      });
     } else if (plan->out_op) {  // the kernel writes into the device outputs themselves
       for (auto& [slot, out] : outs) args.emplace_back(out);
       launchOnCurrentStream(device_, schema.name().c_str(),
-                            [op = *plan->out_op, host = std::move(args), draws = std::move(draws)]() {
+                            [op = *plan->out_op, host = std::move(args), draws = std::move(draws), work]() {
                               std::vector<c10::IValue>& stack = callStack(host, draws);
+                              KernelThreads threads(work);
                               at::AutoDispatchBelowADInplaceOrView below_autograd;
                               op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &stack);
                               stack.clear();  // the task still holds what it references
@@ -808,8 +814,9 @@ class AsyncCall {
       auto op = op_;
       launchOnCurrentStream(
           device_, schema.name().c_str(),
-          [op, host = std::move(args), outs = std::move(outs), draws = std::move(draws)]() mutable {
+          [op, host = std::move(args), outs = std::move(outs), draws = std::move(draws), work]() mutable {
             std::vector<c10::IValue>& stack = callStack(host, draws);
+            KernelThreads threads(work);
             std::vector<ResultPlacement::Slot> slots;
             for (auto& [slot, out] : outs)
               if (out.numel() > 0) slots.push_back({out.data_ptr(), out.storage().nbytes()});

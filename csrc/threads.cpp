@@ -1,0 +1,70 @@
+// How many threads a device kernel uses.
+//
+// The emulated device's kernels are ATen's CPU kernels (and Inductor's C++
+// kernels) run by the stream workers. There, as on the host, they use OpenMP
+// and MKL's threads. For a tiny kernel a parallel region costs far more than
+// the work, and its team keeps spinning afterwards on the cores the host
+// thread launches from: a 4x32x32 mm took 3 us on one thread and 40-90 us on
+// two (2 cores). So a kernel over little data runs on one thread; larger ones
+// keep the full thread count.
+#include <dlfcn.h>
+
+#include "common.h"
+
+namespace openmtia {
+namespace {
+
+// Resolved at run time: the OpenMP runtime and MKL are the ones torch loaded
+// (absent in other builds: then there is nothing to limit).
+struct ThreadControls {
+  void (*omp_set)(int) = nullptr;
+  int (*omp_get)() = nullptr;
+  int (*mkl_set_local)(int) = nullptr;
+  ThreadControls() {
+    omp_set = reinterpret_cast<void (*)(int)>(dlsym(RTLD_DEFAULT, "omp_set_num_threads"));
+    omp_get = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "omp_get_max_threads"));
+    // MKL's C entry (mkl_set_num_threads_local is its Fortran one, by pointer)
+    if (void* cpu = dlopen("libtorch_cpu.so", RTLD_NOW | RTLD_NOLOAD)) {
+      mkl_set_local = reinterpret_cast<int (*)(int)>(dlsym(cpu, "MKL_Set_Num_Threads_Local"));
+      dlclose(cpu);
+    }
+    if (!omp_set || !omp_get) omp_set = nullptr;
+  }
+};
+
+const ThreadControls& controls() {
+  static ThreadControls c;
+  return c;
+}
+
+}  // namespace
+
+int64_t workElements(const std::vector<c10::IValue>& values) {
+  int64_t n = 0;
+  for (const auto& v : values) {
+    if (v.isTensor()) {
+      n += v.toTensor().defined() ? v.toTensor().numel() : 0;
+    } else if (v.isTensorList()) {
+      for (const at::Tensor& t : v.toTensorList()) n += t.defined() ? t.numel() : 0;
+    }
+  }
+  return n;
+}
+
+KernelThreads::KernelThreads(int64_t work_elements) {
+  const auto& c = controls();
+  if (work_elements >= kParallelWork || !c.omp_set) return;
+  saved_omp_ = c.omp_get();
+  c.omp_set(1);
+  if (c.mkl_set_local) saved_mkl_ = c.mkl_set_local(1);
+  active_ = true;
+}
+
+KernelThreads::~KernelThreads() {
+  if (!active_) return;
+  const auto& c = controls();
+  c.omp_set(saved_omp_);
+  if (c.mkl_set_local) c.mkl_set_local(saved_mkl_);
+}
+
+}  // namespace openmtia

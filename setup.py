@@ -45,7 +45,7 @@ setup(
     name="openmtia",
     version="0.1.0",
     description="An open MTIA backend for PyTorch, with an emulated device runtime",
-    packages=["openmtia"],
+    packages=["openmtia", "openmtia.inductor"],
     ext_modules=[CMakeExtension("openmtia._C")],
     cmdclass={"build_ext": CMakeBuild},
     install_requires=["torch==2.13.0"],

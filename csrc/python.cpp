@@ -14,6 +14,10 @@
 
 namespace py = pybind11;
 
+namespace openmtia {
+void initCompileBindings(py::module& m);  // compile/kernels.cpp
+}
+
 namespace {
 // A gate a test task waits on, so tests can hold a stream busy. Waiting never
 // needs the GIL.
@@ -74,6 +78,7 @@ PYBIND11_MODULE(_C, m) {
       out[i] = py::reinterpret_steal<py::object>(THPGenerator_initDefaultGenerator(openmtia::defaultGenerator(i)));
     return out;
   });
+  openmtia::initCompileBindings(m);
   m.def("_cpu_kernel_over_composite_ops", &openmtia::cpuKernelOverCompositeOps);
   m.def("_structured_ops", &openmtia::structuredOps);
   m.def("_unboxed_ops", [] {
@@ -81,6 +86,11 @@ PYBIND11_MODULE(_C, m) {
     for (const auto& name : openmtia::unboxedOps()) out.push_back("aten::" + name);
     return out;
   });
+  m.def("_is_capturing", [](int device) {
+    auto index = device < 0 ? openmtia::currentDevice() : static_cast<c10::DeviceIndex>(device);
+    openmtia::checkDevice(index);
+    return openmtia::isCapturing(index);
+  }, py::arg("device") = -1);
   m.def("_staged_result_count", &openmtia::stagedResultCount);
   m.def("_prebuilt_kernel_count", &openmtia::prebuiltKernelCount);
   m.def("_device_memory_info", [](int device) {

@@ -43,6 +43,10 @@ def _capture_on_a_dedicated_stream():
 
 _capture_on_a_dedicated_stream()
 
+from . import inductor as _inductor  # noqa: E402
+
+_inductor.install()  # torch.compile: registers mtia with Inductor when Inductor loads
+
 __all__ = ["device_memory_info"]
 
 

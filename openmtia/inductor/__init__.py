@@ -1,0 +1,131 @@
+"""torch.compile on mtia: openmtia's Inductor backend.
+
+The stock wheel registers mtia with Triton scheduling and a wrapper that imports
+a closed module, the first time Inductor initializes its backends
+(`torch._inductor.codegen.common.init_backend_registration`). A registration
+made earlier wins, so openmtia registers first: when that module is imported
+(never at `import torch`: Inductor is imported only when something compiles),
+an import hook wraps `init_backend_registration` so that it registers mtia
+before the stock registrations run.
+
+Two backends, chosen by ``OPENMTIA_INDUCTOR_BACKEND``:
+
+- ``cpp`` (the default): Inductor's C++ codegen, with kernels that run as tasks
+  on the mtia streams (`openmtia.inductor.cpp`). Its kernels are CPU-style
+  loops, so Inductor makes its CPU decisions for mtia (no Triton, no reduction
+  splits across SMs): mtia leaves `torch._inductor.utils.GPU_TYPES`, the list
+  Inductor's `is_gpu` reads.
+- ``triton``: MTIA's production path, Inductor's Triton scheduling, kernels
+  run by Triton's CPU interpreter on the device memory
+  (`openmtia.inductor.triton`).
+"""
+import functools
+import importlib.abc
+import importlib.machinery
+import os
+import sys
+
+BACKENDS = ("cpp", "triton")
+
+
+def backend():
+    """The Inductor backend of mtia in this process (OPENMTIA_INDUCTOR_BACKEND)."""
+    name = os.environ.get("OPENMTIA_INDUCTOR_BACKEND", "cpp")
+    if name not in BACKENDS:
+        raise ValueError(f"OPENMTIA_INDUCTOR_BACKEND={name!r}: expected one of {', '.join(BACKENDS)}")
+    return name
+
+
+def _codegen_version():
+    """A post-grad pass that does nothing but put openmtia's codegen (its
+    backend and sources) into the key of Inductor's caches, so code compiled by
+    another backend or version of openmtia is never reused."""
+    from torch._inductor.custom_graph_pass import CustomGraphModulePass, get_hash_for_files
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    files = tuple(sorted(os.path.join(here, f) for f in os.listdir(here) if f.endswith(".py")))
+
+    class CodegenVersion(CustomGraphModulePass):
+        def __call__(self, gm):
+            pass
+
+        def uuid(self):
+            return get_hash_for_files(files, extra=backend())
+
+    return CodegenVersion()
+
+
+def _register(common):
+    from . import graphs
+
+    graphs.install()  # mode="reduce-overhead" on mtia
+    if backend() == "cpp":
+        from .cpp import MtiaCppScheduling, MtiaWrapperCodegen
+        common.register_backend_for_device(
+            "mtia", MtiaCppScheduling, MtiaWrapperCodegen, device_custom_pass=_codegen_version()
+        )
+    else:
+        from .triton import register
+        register(common, _codegen_version())
+
+
+def _after_common(common):
+    stock = common.init_backend_registration
+
+    @functools.cache
+    def init_backend_registration():
+        if common.get_scheduling_for_device("mtia") is None:
+            _register(common)
+        stock()
+
+    common.init_backend_registration = init_backend_registration
+
+
+def _after_utils(utils):
+    if backend() == "cpp" and "mtia" in utils.GPU_TYPES:
+        utils.GPU_TYPES.remove("mtia")
+
+
+_HOOKS = {
+    "torch._inductor.codegen.common": _after_common,
+    "torch._inductor.utils": _after_utils,
+}
+
+
+class _Loader(importlib.abc.Loader):
+    def __init__(self, loader, after):
+        self._loader = loader
+        self._after = after
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module):
+        self._loader.exec_module(module)
+        self._after(module)
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    """Runs a hook right after one of Inductor's modules has been executed."""
+
+    def find_spec(self, fullname, path, target=None):
+        after = _HOOKS.get(fullname)
+        if after is None:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _Loader(spec.loader, after)
+        return spec
+
+
+def install():
+    """Called at autoload. Validates the backend choice now, so a typo fails early."""
+    backend()
+    for name, after in _HOOKS.items():
+        if name in sys.modules:  # imported before openmtia: hook it now
+            after(sys.modules[name])
+    common = sys.modules.get("torch._inductor.codegen.common")
+    if common is not None:  # its registrations may have run: replace mtia's
+        _register(common)
+    if not any(isinstance(f, _Finder) for f in sys.meta_path):
+        sys.meta_path.insert(0, _Finder())

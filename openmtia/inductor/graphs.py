@@ -1,0 +1,123 @@
+"""mode="reduce-overhead" on mtia: compiled graphs replayed as MTIAGraphs.
+
+CUDA's implementation (cudagraph trees) is CUDA-only, and Inductor's checks
+skip every other device. openmtia gives mtia the equivalent through Inductor's
+pluggable `config.cudagraph_policy`: its `wrap_output` sees each compiled graph
+(forward, backward, inference; fresh or from the cache) and, when the mode asks
+for graphs and the graph runs on one mtia device only, wraps its callable in a
+`GraphReplayer`:
+
+- per input signature (sizes, strides, dtypes, the values of symbolic ints and
+  the addresses of static inputs), the first call runs the compiled code
+  directly (warm-up), the second records it into an MTIAGraph with a private
+  memory pool;
+- a replay copies the non-static inputs into the graph's static input buffers,
+  replays the graph on the current stream, copies mutated inputs back, and
+  returns the outputs copied out of the graph's memory (so results held across
+  calls are never overwritten by the next replay);
+- a new signature (a new batch size, a parameter replaced) records a new graph;
+- a graph that cannot be captured (a host sync inside, say) runs without one,
+  with a warning.
+"""
+import warnings
+
+import torch
+from torch._inductor import config
+from torch._inductor.cudagraph_utils import CUDAGraphPolicy
+from torch._inductor.output_code import CompiledFxGraph
+
+from .. import _C
+
+_FAILED = object()
+_ALL = []
+
+
+class _Recording:
+    def __init__(self, model, inputs, static_idxs, mutated_idxs, device):
+        self.dynamic = [
+            i for i, x in enumerate(inputs) if isinstance(x, torch.Tensor) and i not in static_idxs
+        ]
+        self.mutated = [i for i in mutated_idxs if i in self.dynamic]
+        self.inputs = list(inputs)
+        for i in self.dynamic:
+            x = inputs[i]
+            self.inputs[i] = torch.empty_strided(x.size(), x.stride(), dtype=x.dtype, device=device)
+        self.graph = torch.mtia.MTIAGraph()
+        with torch.mtia.graph(self.graph):
+            self.outputs = model(list(self.inputs))
+
+    def replay(self, inputs):
+        for i in self.dynamic:
+            self.inputs[i].copy_(inputs[i])
+        self.graph.replay()
+        for i in self.mutated:
+            inputs[i].copy_(self.inputs[i])
+        return [o.clone() if isinstance(o, torch.Tensor) else o for o in self.outputs]
+
+
+class GraphReplayer:
+    """The callable of a compiled mtia graph under mode="reduce-overhead"."""
+
+    def __init__(self, model, static_idxs, mutated_idxs, device):
+        self.model = model
+        self.static_idxs = frozenset(static_idxs)
+        self.mutated_idxs = tuple(mutated_idxs)
+        self.device = device
+        self.warm = set()
+        self.recordings = {}
+        _ALL.append(self)
+
+    def _key(self, inputs):
+        key = []
+        for i, x in enumerate(inputs):
+            if isinstance(x, torch.Tensor):
+                key.append((x.shape, x.stride(), x.dtype, x.device, x.data_ptr() if i in self.static_idxs else None))
+            else:
+                key.append(x)
+        return tuple(key)
+
+    def __call__(self, inputs):
+        key = self._key(inputs)
+        recording = self.recordings.get(key)
+        if recording is None:
+            if key not in self.warm or _C._is_capturing(self.device.index):
+                self.warm.add(key)
+                return self.model(inputs)
+            try:
+                recording = _Recording(self.model, inputs, self.static_idxs, self.mutated_idxs, self.device)
+            except Exception as e:  # noqa: BLE001 - any capture failure means: run without a graph
+                warnings.warn(f"openmtia: running a compiled graph without MTIAGraph replay: capture failed: {e}")
+                recording = _FAILED
+            self.recordings[key] = recording
+        if recording is _FAILED:
+            return self.model(inputs)
+        out = recording.replay(inputs)
+        inputs.clear()
+        return out
+
+
+class MtiaGraphPolicy(CUDAGraphPolicy):
+    """Wraps compiled mtia graphs in GraphReplayers under mode="reduce-overhead";
+    leaves every other graph to the built-in behaviour."""
+
+    def wrap_output(self, output_code):
+        if (
+            config.triton.cudagraphs
+            and isinstance(output_code, CompiledFxGraph)
+            and set(output_code.device_types) == {"mtia"}
+            and len(output_code.device_idxs) == 1
+            and output_code.current_callable is not None
+        ):
+            device = torch.device("mtia", next(iter(output_code.device_idxs)))
+            output_code.current_callable = GraphReplayer(
+                output_code.current_callable,
+                output_code.fx_kwargs.get("static_input_idxs") or (),
+                output_code.mutated_input_idxs,
+                device,
+            )
+        return output_code
+
+
+def install():
+    if config.cudagraph_policy is None:
+        config.cudagraph_policy = MtiaGraphPolicy()

@@ -4,6 +4,7 @@
     python conformance/run.py --quick         # CI slice: 2 samples per op and check
                                               # (all samples for ops with known failures)
     python conformance/run.py --ops add,mm    # some ops only
+    python conformance/run.py --compiled      # torch.compile mode (below)
 
 For every op and dtype (float32, float64, int64, bool, bfloat16, float16) the
 checks are: forward values, gradients (ops that support autograd; float32 and
@@ -14,6 +15,14 @@ differ), error (mtia raised where CPU did not), not_implemented (mtia lacks the
 op), skipped (OpInfo's own skip or xfail for test_compare_cpu). Random ops
 (RANDOM_OPS) are checked differently: CPU's shapes and dtypes, and the same
 values from the same seed on mtia.
+
+Compiled mode (--compiled) runs each sample through torch.compile (Inductor,
+a fresh compile per sample) on mtia and compares it with eager CPU, forward
+and gradients, float32 and bfloat16. A sample counts only where CPU Inductor
+itself compiles it correctly (same comparison): others are `cpu_compile_fails`
+(CPU raised or differs) and not executed on mtia. Random ops are left out (the
+compiled RNG differs from eager's by design). Known failures of this mode are
+in known_failures_compiled.json.
 
 Ops run in worker processes: a crash loses that op (recorded as a crash), not
 the run. Writes conformance/results/results.json (per op) and summary.md, and
@@ -35,7 +44,10 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 DTYPES = ["float32", "float64", "int64", "bool", "bfloat16", "float16"]
 CHECKS = ["forward", "backward", "out", "noncontiguous"]
-OUTCOMES = ["pass", "fail", "error", "not_implemented", "skipped"]
+OUTCOMES = ["pass", "fail", "error", "not_implemented", "skipped", "cpu_compile_fails"]
+NOT_EXECUTED = {"skipped", "cpu_compile_fails"}
+COMPILED_DTYPES = ["float32", "bfloat16"]
+COMPILED_CHECKS = ["forward", "backward"]
 GRAD_DTYPES = {"float32", "float64"}
 # Not comparable by construction (the sample's values are not defined).
 UNCOMPARABLE = {"empty", "empty_like", "new_empty", "new_empty_strided", "empty_strided", "empty_permuted"}
@@ -152,10 +164,61 @@ def _worker():
             return "not_implemented", msg
         return "error", msg
 
-    def run_op(index, dtype_names, max_samples):
+    def compiled_run(op, check, args, kwargs):
+        """op through a fresh torch.compile (Inductor): its outputs, or its
+        gradients for the backward check."""
+        torch._dynamo.reset()
+        fn = torch.compile(lambda *a, **k: op(*a, **k))
+        if check == "backward":
+            return grads(fn, args, kwargs)
+        return fn(*args, **kwargs)
+
+    def compiled_outcome(op, check, args, kwargs, expected, dtype, tol):
+        """(outcome, failure message) of one sample compiled on mtia. A sample
+        that fails counts only if CPU Inductor gets it right (else it is
+        cpu_compile_fails): CPU is compiled only for samples that fail on mtia."""
+        try:
+            torch.manual_seed(0)
+            actual = compiled_run(op, check, *to_mtia((args, kwargs), op))
+            compare(actual, expected, dtype, tol)
+            return "pass", None
+        except Exception as e:
+            kind, msg = ("fail", f"mismatch: {str(e).splitlines()[0][:300]}") if isinstance(e, AssertionError) \
+                else classify(e)
+            try:
+                torch.mtia.synchronize()
+            except Exception:
+                pass
+        try:
+            torch.manual_seed(0)
+            compare(compiled_run(op, check, args, kwargs), expected, dtype, tol)
+        except Exception:
+            return "cpu_compile_fails", None
+        return kind, msg
+
+    def eager_runs(op, check, args, kwargs, like):
+        """op on mtia, twice: a signature's first call may run synchronously (to
+        verify the op's plan on the real data); the second, compared, is the
+        asynchronous path."""
+        runs = []
+        for _ in range(2):
+            torch.manual_seed(0)
+            if check == "backward":
+                runs.append(grads(op, *to_mtia((args, kwargs), op)))
+            elif check == "out":
+                runs.append(out_variant(op, args, kwargs, like, "mtia"))
+            else:
+                margs, mkw = to_mtia((args, kwargs), op)
+                runs.append(op(*margs, **mkw))
+        return runs
+
+    def run_op(index, dtype_names, max_samples, compiled=False):
         op = op_db[index]
         name = f"{op.name}.{op.variant_test_name}" if op.variant_test_name else op.name
         res = {"op": name, "checks": {}}
+        if compiled and op.name in RANDOM_OPS:
+            return res
+        grad_dtypes = GRAD_DTYPES | {"bfloat16"} if compiled else GRAD_DTYPES
         for dname in dtype_names:
             dtype = getattr(torch, dname)
             if dtype not in op.supported_dtypes("cpu"):
@@ -164,8 +227,8 @@ def _worker():
             random_op = op.name in RANDOM_OPS
             if random_op:
                 skip = None  # OpInfo skips comparing random values with CPU's; this check compares runs
-            for check in CHECKS:
-                if check == "backward" and (not op.supports_autograd or dname not in GRAD_DTYPES):
+            for check in COMPILED_CHECKS if compiled else CHECKS:
+                if check == "backward" and (not op.supports_autograd or dname not in grad_dtypes):
                     continue
                 if check == "out" and not op.supports_out:
                     continue
@@ -188,6 +251,7 @@ def _worker():
                         except Exception:
                             continue  # the sample cannot be made non-contiguous (e.g. sparse)
                     args, kwargs = (s.input,) + tuple(s.args), s.kwargs
+                    like = None
                     try:
                         torch.manual_seed(0)
                         if check == "backward":
@@ -204,21 +268,15 @@ def _worker():
                             expected = out_variant(op, args, kwargs, like, "cpu")
                     except Exception:
                         continue  # CPU rejects the sample: not a conformance question
+                    if compiled:
+                        outcome, msg = compiled_outcome(op, check, args, kwargs, expected, dtype, tol)
+                        counts[outcome] += 1
+                        if msg:
+                            failures.append(msg)
+                        continue
                     try:
-                        # twice: a signature's first call may run synchronously
-                        # (to verify the op's plan on the real data); the second,
-                        # compared, is the asynchronous path
-                        runs = []
-                        for _ in range(2):
-                            torch.manual_seed(0)
-                            if check == "backward":
-                                actual = grads(op, *to_mtia((args, kwargs), op))
-                            elif check == "out":
-                                actual = out_variant(op, args, kwargs, like, "mtia")
-                            else:
-                                margs, mkw = to_mtia((args, kwargs), op)
-                                actual = op(*margs, **mkw)
-                            runs.append(actual)
+                        runs = eager_runs(op, check, args, kwargs, like)
+                        actual = runs[-1]
                     except Exception as e:
                         kind, msg = classify(e)
                         counts[kind] += 1
@@ -255,7 +313,7 @@ def _worker():
     for line in sys.stdin:
         req = json.loads(line)
         try:
-            out = run_op(req["index"], req["dtypes"], req["max_samples"])
+            out = run_op(req["index"], req["dtypes"], req["max_samples"], req.get("compiled", False))
         except Exception:
             out = {"op": str(req["index"]), "internal_error": traceback.format_exc()[-2000:], "checks": {}}
         sys.stdout.write(json.dumps(out) + "\n")
@@ -297,7 +355,7 @@ def op_names():
     return [f"{n}.{v}" if v else n for n, v in json.loads(out.stdout.strip().splitlines()[-1])]
 
 
-def run_all(indices, names, dtypes, max_samples, jobs, full_ops=()):
+def run_all(indices, names, dtypes, max_samples, jobs, full_ops=(), compiled=False):
     import threading
 
     results, lock = [], threading.Lock()
@@ -311,7 +369,7 @@ def run_all(indices, names, dtypes, max_samples, jobs, full_ops=()):
                     break
                 index = queue.pop(0)
             samples = 0 if names[index] in full_ops else max_samples
-            res = worker.run({"index": index, "dtypes": dtypes, "max_samples": samples})
+            res = worker.run({"index": index, "dtypes": dtypes, "max_samples": samples, "compiled": compiled})
             if res is None:
                 res = {"op": names[index], "crash": True, "checks": {}}
                 worker = Worker()
@@ -348,12 +406,12 @@ def summarize(results, dtypes):
                 totals[(check, dtype)].update(entry["counts"])
     lines = ["| check | dtype | " + " | ".join(OUTCOMES) + " | pass % of executed |",
              "|---|---|" + "---|" * len(OUTCOMES) + "---|"]
-    for check in CHECKS:
+    for check in CHECKS:  # (the compiled checks are among them)
         for dtype in dtypes:
             c = totals.get((check, dtype))
             if not c:
                 continue
-            executed = sum(c[k] for k in OUTCOMES if k != "skipped")
+            executed = sum(c[k] for k in OUTCOMES if k not in NOT_EXECUTED)
             pct = 100.0 * c["pass"] / executed if executed else 100.0
             lines.append(f"| {check} | {dtype} | " + " | ".join(str(c[k]) for k in OUTCOMES) + f" | {pct:.2f} |")
     crashes = [r["op"] for r in results if r.get("crash")]
@@ -368,11 +426,16 @@ def main():
     p.add_argument("--quick", action="store_true", help="CI slice: at most 2 samples per op, check and dtype")
     p.add_argument("--max-samples", type=int, default=0, help="samples per op, check and dtype (0: all)")
     p.add_argument("--ops", default="", help="comma-separated op names (default: all)")
-    p.add_argument("--dtypes", default=",".join(DTYPES))
+    p.add_argument("--dtypes", default=None, help=f"default: {','.join(DTYPES)}; compiled: {','.join(COMPILED_DTYPES)}")
     p.add_argument("--jobs", type=int, default=2)
-    p.add_argument("--out", default=str(HERE / "results"))
-    p.add_argument("--known", default=str(HERE / "known_failures.json"))
+    p.add_argument("--compiled", action="store_true", help="each sample through torch.compile on mtia (and CPU)")
+    p.add_argument("--out", default=None, help="default: conformance/results (compiled: results-compiled)")
+    p.add_argument("--known", default=None, help="default: known_failures.json (compiled: known_failures_compiled.json)")
     args = p.parse_args()
+    suffix = "_compiled" if args.compiled else ""
+    args.dtypes = args.dtypes or ",".join(COMPILED_DTYPES if args.compiled else DTYPES)
+    args.out = args.out or str(HERE / ("results-compiled" if args.compiled else "results"))
+    args.known = args.known or str(HERE / f"known_failures{suffix}.json")
     if args.worker:
         return _worker()
 
@@ -383,11 +446,13 @@ def main():
                if n.split(".")[0] not in UNCOMPARABLE and (wanted is None or n in wanted or n.split(".")[0] in wanted)]
     dtypes = args.dtypes.split(",")
     max_samples = 2 if args.quick else args.max_samples
+    if args.compiled:  # a compile per sample: one sample per op, check and dtype unless asked
+        max_samples = max_samples or 1
     known = json.loads(Path(args.known).read_text()) if Path(args.known).exists() else {}
     # ops with known failures run every sample even in the quick slice, so that
-    # a fixed one is noticed
-    known_ops = {k.split("|")[0] for k in known}
-    results = run_all(indices, names, dtypes, max_samples, args.jobs, known_ops)
+    # a fixed one is noticed (eager mode; compiled runs keep max_samples)
+    known_ops = set() if args.compiled else {k.split("|")[0] for k in known}
+    results = run_all(indices, names, dtypes, max_samples, args.jobs, known_ops, args.compiled)
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

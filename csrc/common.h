@@ -202,6 +202,7 @@ void boxedFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 // "name.overload" without "aten::".
 const std::unordered_set<std::string>& unboxedOps();
 // ---- what the fallback registers (for `python -m openmtia.ops`)
+extern const char* const kConvolutionOps[3];  // convolution.cpp
 std::vector<std::string> cpuKernelOverCompositeOps();
 std::vector<std::string> structuredOps();
 // How many results tasks have copied into their outputs since the start

@@ -1130,13 +1130,14 @@ TORCH_LIBRARY_IMPL(_, MTIA, m) { m.fallback(torch::CppFunction::makeFromBoxedFun
 
 // Ops with both a CPU kernel and a CompositeExplicitAutograd kernel would get
 // the composite one on mtia: for convolution it sends non-CPU/CUDA backends to
-// an unimplemented *_overrideable op; for the others it is a different
+// an unimplemented *_overrideable op (convolution.cpp registers those, with
+// contiguous operands); for the others it is a different
 // decomposition (e.g. math_group_norm) whose low-precision results differ from
 // CPU's. Run the CPU kernel instead. (tests/test_ops.py checks this list is
 // complete for the installed torch.) Also composite kernels that reject
 // devices other than CPU/CUDA/XPU (mode.values), found by conformance/.
 const char* const kCpuKernelOverComposite[] = {
-    "convolution", "_convolution", "convolution_backward", "_stack", "_stack.out", "addr", "addr.out",
+    "_stack", "_stack.out", "addr", "addr.out",
     "all.dims", "all.dims_out", "any.dims", "any.dims_out", "linalg__powsum", "native_group_norm",
     "native_layer_norm", "mode.values", "narrow_copy", "pixel_shuffle", "pixel_unshuffle"};
 
@@ -1145,6 +1146,7 @@ int64_t stagedResultCount() { return stagedResults().load(); }
 std::vector<std::string> cpuKernelOverCompositeOps() {
   std::vector<std::string> out;
   for (const char* name : kCpuKernelOverComposite) out.push_back(std::string("aten::") + name);
+  for (const char* name : kConvolutionOps) out.push_back(std::string("aten::") + name);
   return out;
 }
 

@@ -82,13 +82,55 @@ def _after_common(common):
 
 
 def _after_utils(utils):
-    if backend() == "cpp" and "mtia" in utils.GPU_TYPES:
+    if backend() != "cpp" or getattr(utils.get_current_backend, "_openmtia", False):
+        return
+    # Inductor's two switches of codegen style: is_gpu() (the GPU_TYPES list)
+    # and get_current_backend() (the codegen of the current device, which
+    # answers config.cuda_backend, "triton", for any device it does not know).
+    # mtia's kernels are C++ ones. Both hooks run before any other module
+    # imports these names from utils.
+    if "mtia" in utils.GPU_TYPES:
         utils.GPU_TYPES.remove("mtia")
+    stock = utils.get_current_backend
+
+    def get_current_backend(device_type=None):
+        from torch._inductor.virtualized import V
+
+        if not device_type:
+            device_type = V.graph.get_current_device_or_throw().type
+        return "cpp" if device_type == "mtia" else stock(device_type)
+
+    get_current_backend._openmtia = True
+    utils.get_current_backend = get_current_backend
+
+
+def _after_lowering(lowering):
+    # MTIA's rule: aten.native_layer_norm stays one device kernel in compiled
+    # code. Inductor keeps the forward (a decomposition that declines mtia
+    # inputs, and a fallback lowering); openmtia does the same for the backward,
+    # which Inductor otherwise decomposes for every device.
+    import torch
+    from torch._inductor.decomposition import decompositions
+
+    op = torch.ops.aten.native_layer_norm_backward.default
+    decompose = decompositions.get(op)
+    if decompose is None or getattr(decompose, "_openmtia", False):
+        return
+
+    def native_layer_norm_backward(grad_out, input, *args, **kwargs):
+        if input.is_mtia:
+            return NotImplemented
+        return decompose(grad_out, input, *args, **kwargs)
+
+    native_layer_norm_backward._openmtia = True
+    decompositions[op] = native_layer_norm_backward
+    lowering.make_fallback(torch.ops.aten.native_layer_norm_backward, warn=False, override_decomp=True)
 
 
 _HOOKS = {
     "torch._inductor.codegen.common": _after_common,
     "torch._inductor.utils": _after_utils,
+    "torch._inductor.lowering": _after_lowering,
 }
 
 

@@ -29,7 +29,6 @@ from torch._inductor.output_code import CompiledFxGraph
 from .. import _C
 
 _FAILED = object()
-_ALL = []
 
 
 class _Recording:
@@ -65,7 +64,6 @@ class GraphReplayer:
         self.device = device
         self.warm = set()
         self.recordings = {}
-        _ALL.append(self)
 
     def _key(self, inputs):
         key = []

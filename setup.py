@@ -45,10 +45,14 @@ setup(
     name="openmtia",
     version="0.1.0",
     description="An open MTIA backend for PyTorch, with an emulated device runtime",
-    packages=["openmtia", "openmtia.inductor"],
+    packages=["openmtia", "openmtia.inductor", "openmtia.triton_backend"],
     ext_modules=[CMakeExtension("openmtia._C")],
     cmdclass={"build_ext": CMakeBuild},
     install_requires=["torch==2.13.0"],
     python_requires=">=3.10",
-    entry_points={"torch.backends": ["openmtia = openmtia:_autoload"]},
+    entry_points={
+        "torch.backends": ["openmtia = openmtia:_autoload"],
+        # Triton's plugin for mtia (active with OPENMTIA_INDUCTOR_BACKEND=triton)
+        "triton.backends": ["mtia = openmtia.triton_backend"],
+    },
 )

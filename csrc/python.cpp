@@ -15,7 +15,8 @@
 namespace py = pybind11;
 
 namespace openmtia {
-void initCompileBindings(py::module& m);  // compile/kernels.cpp
+void initCompileBindings(py::module& m);      // compile/kernels.cpp
+void initGraphReplayBindings(py::module& m);  // compile/graph_replay.cpp
 }
 
 namespace {
@@ -79,12 +80,19 @@ PYBIND11_MODULE(_C, m) {
     return out;
   });
   openmtia::initCompileBindings(m);
+  openmtia::initGraphReplayBindings(m);
   m.def("_cpu_kernel_over_composite_ops", &openmtia::cpuKernelOverCompositeOps);
   m.def("_structured_ops", &openmtia::structuredOps);
   m.def("_unboxed_ops", [] {
     std::vector<std::string> out;
     for (const auto& name : openmtia::unboxedOps()) out.push_back("aten::" + name);
     return out;
+  });
+  // A CPU tensor over an mtia tensor's memory (for host code that runs in
+  // stream order: the caller has synchronized the stream that writes it).
+  m.def("_host_view", [](const at::Tensor& t) {
+    TORCH_CHECK(t.device().type() == openmtia::kMTIA, "_host_view: expected an mtia tensor, got ", t.device());
+    return openmtia::hostView(t);
   });
   m.def("_is_capturing", [](int device) {
     auto index = device < 0 ? openmtia::currentDevice() : static_cast<c10::DeviceIndex>(device);

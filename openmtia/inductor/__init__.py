@@ -60,7 +60,9 @@ def _register(common):
 
     graphs.install()  # mode="reduce-overhead" on mtia
     if backend() == "cpp":
-        from .cpp import MtiaCppScheduling, MtiaWrapperCodegen
+        from .cpp import MtiaCppScheduling, MtiaWrapperCodegen, mtia_nodes_are_cpp_nodes
+
+        mtia_nodes_are_cpp_nodes()
         common.register_backend_for_device(
             "mtia", MtiaCppScheduling, MtiaWrapperCodegen, device_custom_pass=_codegen_version()
         )
@@ -162,7 +164,10 @@ class _Finder(importlib.abc.MetaPathFinder):
 
 def install():
     """Called at autoload. Validates the backend choice now, so a typo fails early."""
-    backend()
+    if backend() == "triton":
+        # Triton's CPU interpreter runs the kernels; Triton reads this when it
+        # defines a kernel, so it must be set before any is defined
+        os.environ.setdefault("TRITON_INTERPRET", "1")
     for name, after in _HOOKS.items():
         if name in sys.modules:  # imported before openmtia: hook it now
             after(sys.modules[name])

@@ -44,14 +44,28 @@ class _Recording:
         self.graph = torch.mtia.MTIAGraph()
         with torch.mtia.graph(self.graph):
             self.outputs = model(list(self.inputs))
+        # the host side of a replay in C++ (csrc/compile/graph_replay.cpp)
+        self.io = None
+        if all(isinstance(o, torch.Tensor) for o in self.outputs):
+            buffers = [self.inputs[i] if i in self.dynamic else None for i in range(len(inputs))]
+            self.io = _C._ReplayIO(list(inputs), buffers, list(self.outputs), device.index)
 
     def replay(self, inputs):
-        for i in self.dynamic:
-            self.inputs[i].copy_(inputs[i])
+        """The replay of a call whose inputs match this recording."""
+        if self.io is None or not self.io.copy_in(inputs):
+            for i in self.dynamic:
+                self.inputs[i].copy_(inputs[i])
+        return self.finish(inputs)
+
+    def finish(self, inputs):
         self.graph.replay()
         for i in self.mutated:
             inputs[i].copy_(self.inputs[i])
-        return [o.clone() if isinstance(o, torch.Tensor) else o for o in self.outputs]
+        inputs.clear()
+        out = self.io.copy_out() if self.io is not None else None
+        if out is None:
+            out = [o.clone() if isinstance(o, torch.Tensor) else o for o in self.outputs]
+        return out
 
 
 class GraphReplayer:
@@ -64,6 +78,7 @@ class GraphReplayer:
         self.device = device
         self.warm = set()
         self.recordings = {}
+        self.last = None  # the recording of the previous call: tried first
 
     def _key(self, inputs):
         key = []
@@ -75,6 +90,9 @@ class GraphReplayer:
         return tuple(key)
 
     def __call__(self, inputs):
+        last = self.last
+        if last is not None and last.io is not None and last.io.copy_in(inputs):
+            return last.finish(inputs)  # the common case: same signature as the previous call
         key = self._key(inputs)
         recording = self.recordings.get(key)
         if recording is None:
@@ -89,9 +107,8 @@ class GraphReplayer:
             self.recordings[key] = recording
         if recording is _FAILED:
             return self.model(inputs)
-        out = recording.replay(inputs)
-        inputs.clear()
-        return out
+        self.last = recording
+        return recording.replay(inputs)
 
 
 class MtiaGraphPolicy(CUDAGraphPolicy):

@@ -355,7 +355,9 @@ def op_names():
     return [f"{n}.{v}" if v else n for n, v in json.loads(out.stdout.strip().splitlines()[-1])]
 
 
-def run_all(indices, names, dtypes, max_samples, jobs, full_ops=(), compiled=False):
+def run_all(indices, names, dtypes, max_samples, jobs, full_ops=(), compiled=False, partial=None):
+    """Runs the ops in worker processes; with `partial` (a path), the results so
+    far are written there after each op (a long run can be followed, or cut)."""
     import threading
 
     results, lock = [], threading.Lock()
@@ -375,6 +377,8 @@ def run_all(indices, names, dtypes, max_samples, jobs, full_ops=(), compiled=Fal
                 worker = Worker()
             with lock:
                 results.append(res)
+                if partial is not None:
+                    partial.write_text(json.dumps(sorted(results, key=lambda r: r["op"]), indent=1))
         worker.close()
 
     threads = [threading.Thread(target=loop) for _ in range(jobs)]
@@ -452,10 +456,11 @@ def main():
     # ops with known failures run every sample even in the quick slice, so that
     # a fixed one is noticed (eager mode; compiled runs keep max_samples)
     known_ops = set() if args.compiled else {k.split("|")[0] for k in known}
-    results = run_all(indices, names, dtypes, max_samples, args.jobs, known_ops, args.compiled)
-
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    results = run_all(indices, names, dtypes, max_samples, args.jobs, known_ops, args.compiled,
+                      out / "results.partial.json")
+    (out / "results.partial.json").unlink(missing_ok=True)
     (out / "results.json").write_text(json.dumps(results, indent=1))
     table, totals = summarize(results, dtypes)
     (out / "summary.md").write_text(table + "\n")

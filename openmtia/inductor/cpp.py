@@ -21,8 +21,9 @@ dispatcher on mtia tensors: they are the eager mtia kernels.
 import ctypes
 
 from torch._inductor.async_compile import get_compile_threads
-from torch._inductor.codecache import CppCodeCache, LambdaFuture
+from torch._inductor.codecache import CppCodeCache, LambdaFuture, _get_cpp_prefix_header
 from torch._inductor.codegen.cpp import CppScheduling
+from torch._inductor.utils import clear_on_fresh_cache
 from torch._inductor.virtualized import V
 
 from .. import _C
@@ -84,6 +85,20 @@ def _entry_source(argtypes):
     )
 
 
+@clear_on_fresh_cache
+class MtiaKernelCodeCache(CppCodeCache):
+    """CppCodeCache with its own cache, whose sources are built with Inductor's
+    precompiled kernel header (cpp_prefix.h), as the CPU's kernels are: without
+    it, every kernel compile parses that header again (seconds each)."""
+
+    cache = {}
+    cache_clear = staticmethod(cache.clear)
+
+    @classmethod
+    def _get_uncompiled_header(cls, device):
+        return _get_cpp_prefix_header(device)
+
+
 def _load(lib, name, kinds):
     entry = ctypes.cast(lib.openmtia_entry, ctypes.c_void_p).value
     return _C._CompiledKernel(entry, name, kinds)
@@ -94,8 +109,8 @@ def openmtia_cpp_kernel(async_compile, name, argtypes, source_code):
     kinds = "".join(_kind(t) for t in argtypes)
     source_code = source_code + _entry_source(argtypes)
     if get_compile_threads() <= 1:
-        return _load(CppCodeCache.load(source_code), name, kinds)
-    get_result = CppCodeCache.load_async(source_code, submit_fn=async_compile.submit)
+        return _load(MtiaKernelCodeCache.load(source_code), name, kinds)
+    get_result = MtiaKernelCodeCache.load_async(source_code, submit_fn=async_compile.submit)
     return LambdaFuture(lambda: _load(get_result(), name, kinds))
 
 

@@ -303,7 +303,10 @@ def test_ctrl_c_during_the_first_mtia_op_raises_keyboard_interrupt(delay):
         except KeyboardInterrupt:
             print("KeyboardInterrupt", flush=True)
     """)
-    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # the child gets SIGINT's default disposition: a test run started as a
+    # background job (SIGINT ignored, inherited) must not decide the outcome
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert p.stdout.readline().strip() == "ready"
     time.sleep(delay)
     p.send_signal(signal.SIGINT)

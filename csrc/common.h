@@ -164,20 +164,10 @@ bool isInterrupt(const std::exception& e);
 constexpr int64_t kParallelWork = int64_t{1} << 16;
 // The elements of the tensors (and tensor lists) among `values`.
 int64_t workElements(const std::vector<c10::IValue>& values);
-// While alive, OpenMP and MKL parallel regions of this thread use one thread
-// if work_elements < kParallelWork; otherwise it changes nothing.
-class KernelThreads {
- public:
-  explicit KernelThreads(int64_t work_elements);
-  ~KernelThreads();
-  KernelThreads(const KernelThreads&) = delete;
-  KernelThreads& operator=(const KernelThreads&) = delete;
-
- private:
-  bool active_ = false;
-  int saved_omp_ = 0;
-  int saved_mkl_ = 0;
-};
+// Sets how many threads the OpenMP and MKL parallel regions of the calling
+// (worker) thread use for a kernel over `work_elements` elements: one below
+// kParallelWork, all of them otherwise. Every kernel task calls it first.
+void useKernelThreads(int64_t work_elements);
 
 // ---- prebuilt kernels for graph replays (prebuilt.cpp)
 // A kernel whose set-up was done once: run() executes the CPU loop.

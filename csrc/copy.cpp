@@ -36,6 +36,7 @@ void launchCopyKernel(const at::Tensor& dst, const at::Tensor& src, const char* 
   // must not change what this task does. A CPU src (a 0-dim value) is kept by
   // its view.
   launchOnCurrentStream(dev, name, [hd = hostView(dst), hs = hostView(src)]() mutable {
+    useKernelThreads(hd.numel() + hs.numel());
     at::AutoDispatchBelowADInplaceOrView guard;
     hd.copy_(hs);
   });

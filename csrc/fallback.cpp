@@ -797,7 +797,7 @@ class AsyncCall {
     if (draws.empty() && isCapturing(device_)) prebuilt = prebuild(*plan, flat, args, outs);
     if (prebuilt) {  // a graph replay runs only the CPU loop
       launchOnCurrentStream(device_, schema.name().c_str(), [prebuilt, work] {
-        KernelThreads threads(work);
+        useKernelThreads(work);
         prebuilt->run();
       });
     } else if (plan->out_op) {  // the kernel writes into the device outputs themselves
@@ -805,7 +805,7 @@ class AsyncCall {
       launchOnCurrentStream(device_, schema.name().c_str(),
                             [op = *plan->out_op, host = std::move(args), draws = std::move(draws), work]() {
                               std::vector<c10::IValue>& stack = callStack(host, draws);
-                              KernelThreads threads(work);
+                              useKernelThreads(work);
                               at::AutoDispatchBelowADInplaceOrView below_autograd;
                               op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &stack);
                               stack.clear();  // the task still holds what it references
@@ -816,7 +816,7 @@ class AsyncCall {
           device_, schema.name().c_str(),
           [op, host = std::move(args), outs = std::move(outs), draws = std::move(draws), work]() mutable {
             std::vector<c10::IValue>& stack = callStack(host, draws);
-            KernelThreads threads(work);
+            useKernelThreads(work);
             std::vector<ResultPlacement::Slot> slots;
             for (auto& [slot, out] : outs)
               if (out.numel() > 0) slots.push_back({out.data_ptr(), out.storage().nbytes()});

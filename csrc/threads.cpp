@@ -6,7 +6,8 @@
 // the work, and its team keeps spinning afterwards on the cores the host
 // thread launches from: a 4x32x32 mm took 3 us on one thread and 40-90 us on
 // two (2 cores). So a kernel over little data runs on one thread; larger ones
-// keep the full thread count.
+// keep the full thread count. (Inductor's C++ kernels name their thread
+// count in their own parallel regions.)
 #include <dlfcn.h>
 
 #include "common.h"
@@ -51,20 +52,24 @@ int64_t workElements(const std::vector<c10::IValue>& values) {
   return n;
 }
 
-KernelThreads::KernelThreads(int64_t work_elements) {
+void useKernelThreads(int64_t work_elements) {
+  // The setting is per thread and changed only when it must: a run of small
+  // kernels pays for the switch once (the calls cost microseconds, as much as
+  // a small kernel).
+  thread_local bool serial = false;
+  thread_local int default_omp = 0;
   const auto& c = controls();
-  if (work_elements >= kParallelWork || !c.omp_set) return;
-  saved_omp_ = c.omp_get();
-  c.omp_set(1);
-  if (c.mkl_set_local) saved_mkl_ = c.mkl_set_local(1);
-  active_ = true;
-}
-
-KernelThreads::~KernelThreads() {
-  if (!active_) return;
-  const auto& c = controls();
-  c.omp_set(saved_omp_);
-  if (c.mkl_set_local) c.mkl_set_local(saved_mkl_);
+  const bool want_serial = work_elements < kParallelWork;
+  if (!c.omp_set || want_serial == serial) return;
+  if (want_serial) {
+    default_omp = c.omp_get();
+    c.omp_set(1);
+    if (c.mkl_set_local) c.mkl_set_local(1);
+  } else {
+    c.omp_set(default_omp);
+    if (c.mkl_set_local) c.mkl_set_local(0);  // 0: MKL's global setting again
+  }
+  serial = want_serial;
 }
 
 }  // namespace openmtia

@@ -17,6 +17,9 @@ namespace py = pybind11;
 namespace openmtia {
 void initCompileBindings(py::module& m);      // compile/kernels.cpp
 void initGraphReplayBindings(py::module& m);  // compile/graph_replay.cpp
+namespace dist {
+void initDistributedBindings(py::module& m);  // distributed/backend.cpp
+}
 }
 
 namespace {
@@ -81,6 +84,7 @@ PYBIND11_MODULE(_C, m) {
   });
   openmtia::initCompileBindings(m);
   openmtia::initGraphReplayBindings(m);
+  openmtia::dist::initDistributedBindings(m);
   m.def("_cpu_kernel_over_composite_ops", &openmtia::cpuKernelOverCompositeOps);
   m.def("_structured_ops", &openmtia::structuredOps);
   m.def("_unboxed_ops", [] {

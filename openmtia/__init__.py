@@ -47,6 +47,10 @@ from . import inductor as _inductor  # noqa: E402
 
 _inductor.install()  # torch.compile: registers mtia with Inductor when Inductor loads
 
+from . import distributed as _distributed  # noqa: E402
+
+_distributed.register()  # torch.distributed: the "openmtia" c10d backend for mtia tensors
+
 __all__ = ["device_memory_info"]
 
 

@@ -1,0 +1,581 @@
+// openmtia's c10d backend ("openmtia"): collectives of mtia tensors run by
+// Gloo, the engine shipped in the torch wheel, over the device memory itself.
+//
+// A collective is issued like an NCCL one: the backend's communication stream
+// (a high-priority stream of the device) waits for the work already queued on
+// the caller's current stream, then a task on it runs the Gloo collective on
+// host views of the tensors (the emulated device memory is host-addressable:
+// no staging copy). The returned Work's wait() makes the caller's current
+// stream wait for that task; the host goes on. Gloo's own process group is
+// held inside and never sees an mtia tensor.
+//
+// Before the data moves, every rank's signature of the call (op, dtype,
+// element count, shapes, root, reduce op) is exchanged on a second, tiny Gloo
+// group, started when the call is issued: a mismatch across ranks raises a
+// clear error on every rank instead of letting Gloo abort the process.
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/utils/pybind.h>
+
+#include <ATen/ATen.h>
+#include <c10/util/hash.h>
+
+#include <array>
+#include <sstream>
+
+#include "common.h"
+#include "distributed/work.h"
+
+namespace openmtia::dist {
+namespace {
+
+using c10d::OpType;
+using WorkPtr = c10::intrusive_ptr<c10d::Work>;
+using Tensors = std::vector<at::Tensor>;
+
+// The signature of one call, exchanged across ranks before its data moves.
+constexpr int kSig = 8;
+using Signature = std::array<int64_t, kSig>;
+enum SigField { kOp, kDtype, kNumel, kShapes, kRoot, kReduceOp, kCount, kSeq };
+
+Tensors hostViews(const Tensors& ts) {
+  Tensors out;
+  out.reserve(ts.size());
+  for (const auto& t : ts) out.push_back(t.device().type() == kMTIA ? hostView(t) : t);
+  return out;
+}
+
+std::vector<Tensors> hostViews(const std::vector<Tensors>& lists) {
+  std::vector<Tensors> out;
+  out.reserve(lists.size());
+  for (const auto& l : lists) out.push_back(hostViews(l));
+  return out;
+}
+
+Tensors flat(const std::vector<Tensors>& lists) {
+  Tensors out;
+  for (const auto& l : lists) out.insert(out.end(), l.begin(), l.end());
+  return out;
+}
+
+// The premultiplier of a PREMUL_SUM, read in the task (a tensor factor may be
+// device data written by the work the collective is ordered after).
+double premulFactor(const c10d::ReduceOp& op) {
+  auto* sup = dynamic_cast<c10d::PreMulSumSupplement*>(op.supplement_.get());
+  TORCH_CHECK(sup, "openmtia: PREMUL_SUM without a factor");
+  if (!sup->tensor_factor.defined()) return sup->double_factor;
+  const at::Tensor& f = sup->tensor_factor;
+  return (f.device().type() == kMTIA ? hostView(f) : f).item<double>();
+}
+
+class MtiaBackend final : public c10d::Backend {
+ public:
+  MtiaBackend(c10::intrusive_ptr<c10d::Backend> gloo, c10::intrusive_ptr<c10d::Backend> check, int rank, int size,
+              int device)
+      : Backend(rank, size), gloo_(std::move(gloo)), check_(std::move(check)), completer_(new Completer()) {
+    if (device >= 0) bindDevice(device);
+  }
+
+  const std::string getBackendName() const override { return "openmtia"; }
+  void setTimeout(std::chrono::milliseconds timeout) override {
+    gloo_->setTimeout(timeout);
+    if (check_) check_->setTimeout(timeout);
+  }
+
+  WorkPtr broadcast(Tensors& tensors, const c10d::BroadcastOptions& opts) override {
+    checkSame(tensors, "broadcast");
+    checkRoot(opts.rootRank, "broadcast");
+    TORCH_CHECK(opts.rootTensor >= 0 && opts.rootTensor < (int64_t)tensors.size(), "openmtia: broadcast: invalid root tensor");
+    Signature sig = signature(OpType::BROADCAST, tensors, opts.rootRank);
+    auto views = hostViews(tensors);
+    auto gloo = gloo_;
+    return issue(OpType::BROADCAST, "broadcast", tensors, tensors, sig, [gloo, views, opts]() mutable {
+      return gloo->broadcast(views, opts);
+    });
+  }
+
+  WorkPtr allreduce(Tensors& tensors, const c10d::AllreduceOptions& opts) override {
+    checkSame(tensors, "all_reduce");
+    Signature sig = signature(OpType::ALLREDUCE, tensors, -1, opts.reduceOp);
+    auto views = hostViews(tensors);
+    auto gloo = gloo_;
+    c10d::AllreduceOptions o = opts;
+    return issue(OpType::ALLREDUCE, "all_reduce", tensors, tensors, sig, [gloo, views, o]() mutable {
+      if (o.reduceOp == c10d::ReduceOp::PREMUL_SUM) {
+        double f = premulFactor(o.reduceOp);
+        for (auto& v : views) v.mul_(f);
+        o.reduceOp = c10d::ReduceOp(c10d::ReduceOp::SUM);
+      }
+      return gloo->allreduce(views, o);
+    });
+  }
+
+  WorkPtr allreduce_coalesced(Tensors& tensors, const c10d::AllreduceCoalescedOptions& opts) override {
+    checkDevices(tensors, "all_reduce_coalesced");
+    checkNoPremul(opts.reduceOp, "all_reduce_coalesced");
+    Signature sig = signature(OpType::ALLREDUCE_COALESCED, tensors, -1, opts.reduceOp);
+    auto views = hostViews(tensors);
+    auto gloo = gloo_;
+    return issue(OpType::ALLREDUCE_COALESCED, "all_reduce_coalesced", tensors, tensors, sig,
+                 [gloo, views, opts]() mutable { return gloo->allreduce_coalesced(views, opts); });
+  }
+
+  WorkPtr reduce(Tensors& tensors, const c10d::ReduceOptions& opts) override {
+    checkSame(tensors, "reduce");
+    checkRoot(opts.rootRank, "reduce");
+    Signature sig = signature(OpType::REDUCE, tensors, opts.rootRank, opts.reduceOp);
+    auto views = hostViews(tensors);
+    auto gloo = gloo_;
+    c10d::ReduceOptions o = opts;
+    bool root = getRank() == opts.rootRank;
+    return issue(OpType::REDUCE, "reduce", tensors, tensors, sig, [gloo, views, o, root]() mutable {
+      // The root's tensor is the output. Another rank's input stays as it was
+      // (as with NCCL): Gloo's reduce uses it as scratch space, so a copy goes.
+      if (!root)
+        for (auto& v : views) v = v.clone();
+      if (o.reduceOp == c10d::ReduceOp::PREMUL_SUM) {
+        double f = premulFactor(o.reduceOp);
+        for (auto& v : views) v.mul_(f);
+        o.reduceOp = c10d::ReduceOp(c10d::ReduceOp::SUM);
+      }
+      return gloo->reduce(views, o);
+    });
+  }
+
+  WorkPtr allgather(std::vector<Tensors>& outputs, Tensors& inputs, const c10d::AllgatherOptions& opts) override {
+    checkSame(inputs, "all_gather");
+    TORCH_CHECK(outputs.size() == inputs.size(), "openmtia: all_gather: expected ", inputs.size(),
+                " output lists, got ", outputs.size());
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      TORCH_CHECK((int)outputs[i].size() == getSize(), "openmtia: all_gather: the output list has ", outputs[i].size(),
+                  " tensors; the group has ", getSize(), " ranks");
+      for (const auto& o : outputs[i]) checkLike(o, inputs[i], "all_gather");
+    }
+    checkDevices(flat(outputs), "all_gather", inputs[0].device());
+    Signature sig = signature(OpType::ALLGATHER, inputs);
+    auto in = hostViews(inputs);
+    auto out = hostViews(outputs);
+    auto gloo = gloo_;
+    return issue(OpType::ALLGATHER, "all_gather", concat(inputs, flat(outputs)), flat(outputs), sig,
+                 [gloo, in, out, opts]() mutable { return gloo->allgather(out, in, opts); });
+  }
+
+  WorkPtr _allgather_base(at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts) override {
+    checkDevices({input, output}, "all_gather_into_tensor");
+    TORCH_CHECK(output.scalar_type() == input.scalar_type(), "openmtia: all_gather_into_tensor: output dtype ",
+                output.scalar_type(), " differs from the input's ", input.scalar_type());
+    TORCH_CHECK(output.numel() == input.numel() * getSize(), "openmtia: all_gather_into_tensor: the output has ",
+                output.numel(), " elements; expected ", input.numel() * getSize(), " (input x world size)");
+    Signature sig = signature(OpType::_ALLGATHER_BASE, {input});
+    at::Tensor in = hostViews({input})[0], out = hostViews({output})[0];
+    auto gloo = gloo_;
+    return issue(OpType::_ALLGATHER_BASE, "all_gather_into_tensor", {input, output}, {output}, sig,
+                 [gloo, in, out, opts]() mutable { return gloo->_allgather_base(out, in, opts); });
+  }
+
+  WorkPtr allgather_into_tensor_coalesced(Tensors& outputs, Tensors& inputs,
+                                          const c10d::AllgatherOptions& opts) override {
+    TORCH_CHECK(outputs.size() == inputs.size(), "openmtia: all_gather_into_tensor_coalesced: ", outputs.size(),
+                " outputs for ", inputs.size(), " inputs");
+    for (size_t i = 0; i < inputs.size(); ++i)
+      TORCH_CHECK(outputs[i].numel() == inputs[i].numel() * getSize() &&
+                      outputs[i].scalar_type() == inputs[i].scalar_type(),
+                  "openmtia: all_gather_into_tensor_coalesced: output ", i, " does not match its input");
+    checkDevices(concat(inputs, outputs), "all_gather_into_tensor_coalesced");
+    Signature sig = signature(OpType::ALLGATHER_COALESCED, inputs);
+    auto in = hostViews(inputs), out = hostViews(outputs);
+    auto gloo = gloo_;
+    return issue(OpType::ALLGATHER_COALESCED, "all_gather_into_tensor_coalesced", concat(inputs, outputs), outputs,
+                 sig, [gloo, in, out, opts]() mutable { return gloo->allgather_into_tensor_coalesced(out, in, opts); });
+  }
+
+  WorkPtr allgather_coalesced(std::vector<Tensors>& outputs, Tensors& inputs,
+                              const c10d::AllgatherOptions& opts) override {
+    checkDevices(concat(inputs, flat(outputs)), "all_gather_coalesced");
+    Signature sig = signature(OpType::ALLGATHER_COALESCED, inputs);
+    auto in = hostViews(inputs);
+    auto out = hostViews(outputs);
+    auto gloo = gloo_;
+    return issue(OpType::ALLGATHER_COALESCED, "all_gather_coalesced", concat(inputs, flat(outputs)), flat(outputs),
+                 sig, [gloo, in, out, opts]() mutable { return gloo->allgather_coalesced(out, in, opts); });
+  }
+
+  WorkPtr gather(std::vector<Tensors>& outputs, Tensors& inputs, const c10d::GatherOptions& opts) override {
+    checkRoot(opts.rootRank, "gather");
+    TORCH_CHECK(inputs.size() == 1, "openmtia: gather: expected one input tensor, got ", inputs.size());
+    if (getRank() == opts.rootRank) {
+      TORCH_CHECK(outputs.size() == 1 && (int)outputs[0].size() == getSize(),
+                  "openmtia: gather: the root needs one output list of ", getSize(), " tensors");
+      for (const auto& o : outputs[0]) checkLike(o, inputs[0], "gather");
+    } else {
+      TORCH_CHECK(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()),
+                  "openmtia: gather: only the root rank takes an output list");
+    }
+    checkDevices(concat(inputs, flat(outputs)), "gather");
+    Signature sig = signature(OpType::GATHER, inputs, opts.rootRank);
+    auto in = hostViews(inputs);
+    auto out = hostViews(outputs);
+    auto gloo = gloo_;
+    return issue(OpType::GATHER, "gather", concat(inputs, flat(outputs)), flat(outputs), sig,
+                 [gloo, in, out, opts]() mutable { return gloo->gather(out, in, opts); });
+  }
+
+  WorkPtr scatter(Tensors& outputs, std::vector<Tensors>& inputs, const c10d::ScatterOptions& opts) override {
+    checkRoot(opts.rootRank, "scatter");
+    TORCH_CHECK(outputs.size() == 1, "openmtia: scatter: expected one output tensor, got ", outputs.size());
+    if (getRank() == opts.rootRank) {
+      TORCH_CHECK(inputs.size() == 1 && (int)inputs[0].size() == getSize(),
+                  "openmtia: scatter: the root needs one input list of ", getSize(), " tensors");
+      for (const auto& i : inputs[0]) checkLike(i, outputs[0], "scatter");
+    } else {
+      TORCH_CHECK(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()),
+                  "openmtia: scatter: only the root rank takes an input list");
+    }
+    checkDevices(concat(outputs, flat(inputs)), "scatter");
+    Signature sig = signature(OpType::SCATTER, outputs, opts.rootRank);
+    auto in = hostViews(inputs);
+    auto out = hostViews(outputs);
+    auto gloo = gloo_;
+    return issue(OpType::SCATTER, "scatter", concat(outputs, flat(inputs)), outputs, sig,
+                 [gloo, in, out, opts]() mutable { return gloo->scatter(out, in, opts); });
+  }
+
+  WorkPtr reduce_scatter(Tensors& outputs, std::vector<Tensors>& inputs,
+                         const c10d::ReduceScatterOptions& opts) override {
+    checkSame(outputs, "reduce_scatter");
+    TORCH_CHECK(inputs.size() == outputs.size(), "openmtia: reduce_scatter: expected ", outputs.size(),
+                " input lists, got ", inputs.size());
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      TORCH_CHECK((int)inputs[i].size() == getSize(), "openmtia: reduce_scatter: the input list has ",
+                  inputs[i].size(), " tensors; the group has ", getSize(), " ranks");
+      for (const auto& t : inputs[i]) checkLike(t, outputs[i], "reduce_scatter");
+    }
+    checkDevices(flat(inputs), "reduce_scatter", outputs[0].device());
+    Signature sig = signature(OpType::REDUCE_SCATTER, outputs, -1, opts.reduceOp);
+    auto in = hostViews(inputs);
+    auto out = hostViews(outputs);
+    auto gloo = gloo_;
+    c10d::ReduceScatterOptions o = opts;
+    return issue(OpType::REDUCE_SCATTER, "reduce_scatter", concat(outputs, flat(inputs)), outputs, sig,
+                 [gloo, in, out, o]() mutable {
+                   if (o.reduceOp == c10d::ReduceOp::PREMUL_SUM) {
+                     double f = premulFactor(o.reduceOp);
+                     for (auto& l : in)
+                       for (auto& t : l) t = t * f;  // the inputs stay as they were
+                     o.reduceOp = c10d::ReduceOp(c10d::ReduceOp::SUM);
+                   }
+                   return gloo->reduce_scatter(out, in, o);
+                 });
+  }
+
+  WorkPtr _reduce_scatter_base(at::Tensor& output, at::Tensor& input,
+                               const c10d::ReduceScatterOptions& opts) override {
+    checkDevices({input, output}, "reduce_scatter_tensor");
+    TORCH_CHECK(output.scalar_type() == input.scalar_type(), "openmtia: reduce_scatter_tensor: output dtype ",
+                output.scalar_type(), " differs from the input's ", input.scalar_type());
+    TORCH_CHECK(input.numel() == output.numel() * getSize(), "openmtia: reduce_scatter_tensor: the input has ",
+                input.numel(), " elements; expected ", output.numel() * getSize(), " (output x world size)");
+    Signature sig = signature(OpType::_REDUCE_SCATTER_BASE, {output}, -1, opts.reduceOp);
+    at::Tensor in = hostViews({input})[0], out = hostViews({output})[0];
+    auto gloo = gloo_;
+    c10d::ReduceScatterOptions o = opts;
+    return issue(OpType::_REDUCE_SCATTER_BASE, "reduce_scatter_tensor", {input, output}, {output}, sig,
+                 [gloo, in, out, o]() mutable {
+                   if (o.reduceOp == c10d::ReduceOp::PREMUL_SUM) {
+                     in = in * premulFactor(o.reduceOp);
+                     o.reduceOp = c10d::ReduceOp(c10d::ReduceOp::SUM);
+                   }
+                   return gloo->_reduce_scatter_base(out, in, o);
+                 });
+  }
+
+  WorkPtr reduce_scatter_tensor_coalesced(Tensors& outputs, Tensors& inputs,
+                                          const c10d::ReduceScatterOptions& opts) override {
+    TORCH_CHECK(outputs.size() == inputs.size(), "openmtia: reduce_scatter_tensor_coalesced: ", outputs.size(),
+                " outputs for ", inputs.size(), " inputs");
+    for (size_t i = 0; i < inputs.size(); ++i)
+      TORCH_CHECK(inputs[i].numel() == outputs[i].numel() * getSize() &&
+                      outputs[i].scalar_type() == inputs[i].scalar_type(),
+                  "openmtia: reduce_scatter_tensor_coalesced: input ", i, " does not match its output");
+    checkDevices(concat(inputs, outputs), "reduce_scatter_tensor_coalesced");
+    checkNoPremul(opts.reduceOp, "reduce_scatter_tensor_coalesced");
+    Signature sig = signature(OpType::REDUCE_SCATTER_TENSOR_COALESCED, outputs, -1, opts.reduceOp);
+    auto in = hostViews(inputs), out = hostViews(outputs);
+    auto gloo = gloo_;
+    return issue(OpType::REDUCE_SCATTER_TENSOR_COALESCED, "reduce_scatter_tensor_coalesced", concat(inputs, outputs),
+                 outputs, sig,
+                 [gloo, in, out, opts]() mutable { return gloo->reduce_scatter_tensor_coalesced(out, in, opts); });
+  }
+
+  WorkPtr alltoall_base(at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_splits,
+                        std::vector<int64_t>& input_splits, const c10d::AllToAllOptions& opts) override {
+    checkDevices({input, output}, "all_to_all_single");
+    TORCH_CHECK(output.scalar_type() == input.scalar_type(), "openmtia: all_to_all_single: output dtype ",
+                output.scalar_type(), " differs from the input's ", input.scalar_type());
+    checkSplits(input, input_splits, "input");
+    checkSplits(output, output_splits, "output");
+    // Splits may differ across ranks: only the op and dtype are compared.
+    Signature sig = signature(OpType::ALLTOALL_BASE, {});
+    sig[kDtype] = static_cast<int64_t>(input.scalar_type());
+    at::Tensor in = hostViews({input})[0], out = hostViews({output})[0];
+    auto gloo = gloo_;
+    return issue(OpType::ALLTOALL_BASE, "all_to_all_single", {input, output}, {output}, sig,
+                 [gloo, in, out, output_splits, input_splits, opts]() mutable {
+                   return gloo->alltoall_base(out, in, output_splits, input_splits, opts);
+                 });
+  }
+
+  WorkPtr alltoall(Tensors& outputs, Tensors& inputs, const c10d::AllToAllOptions& opts) override {
+    TORCH_CHECK((int)outputs.size() == getSize() && (int)inputs.size() == getSize(),
+                "openmtia: all_to_all: expected ", getSize(), " input and output tensors, got ", inputs.size(), " and ",
+                outputs.size());
+    checkDevices(concat(inputs, outputs), "all_to_all");
+    Signature sig = signature(OpType::ALLTOALL, {});
+    sig[kDtype] = static_cast<int64_t>(inputs[0].scalar_type());
+    auto in = hostViews(inputs), out = hostViews(outputs);
+    auto gloo = gloo_;
+    return issue(OpType::ALLTOALL, "all_to_all", concat(inputs, outputs), outputs, sig,
+                 [gloo, in, out, opts]() mutable { return gloo->alltoall(out, in, opts); });
+  }
+
+  // Point-to-point calls are not collective: no signature is exchanged.
+  WorkPtr send(Tensors& tensors, int dst, int tag) override {
+    checkSame(tensors, "send");
+    checkPeer(dst, "send");
+    auto views = hostViews(tensors);
+    auto gloo = gloo_;
+    return issue(OpType::SEND, "send", tensors, {}, std::nullopt,
+                 [gloo, views, dst, tag]() mutable { return gloo->send(views, dst, tag); });
+  }
+
+  WorkPtr recv(Tensors& tensors, int src, int tag) override {
+    checkSame(tensors, "recv");
+    checkPeer(src, "recv");
+    auto views = hostViews(tensors);
+    auto gloo = gloo_;
+    return issue(OpType::RECV, "recv", tensors, tensors, std::nullopt,
+                 [gloo, views, src, tag]() mutable { return gloo->recv(views, src, tag); });
+  }
+
+  WorkPtr barrier(const c10d::BarrierOptions& opts) override {
+    // Like NCCL's, a barrier also waits for the device: its task runs after
+    // the work queued on the current stream, and wait() blocks the host.
+    Signature sig = signature(OpType::BARRIER, {});
+    auto gloo = gloo_;
+    return issue(OpType::BARRIER, "barrier", {}, {}, sig, [gloo, opts]() mutable { return gloo->barrier(opts); },
+                 /*host_wait=*/true);
+  }
+
+ private:
+  static Tensors concat(Tensors a, const Tensors& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  }
+
+  void bindDevice(int device) {
+    checkDevice(static_cast<c10::DeviceIndex>(device));
+    device_ = device;
+    comm_stream_ = OMR_CALL(omr::streamFromPool(device, /*priority=*/-1));
+  }
+
+  // The device this rank uses: init_process_group's device_id if given, else
+  // that of its first collective's tensors (or the current device).
+  int boundIndex(int otherwise) const {
+    auto bound = getBoundDeviceId();
+    return bound && bound->type() == kMTIA && bound->has_index() ? bound->index() : otherwise;
+  }
+
+  // The tensors' device (-1 for CPU tensors); all must be on the same one.
+  int checkDevices(const Tensors& tensors, const char* what, std::optional<c10::Device> like = std::nullopt) {
+    std::optional<c10::Device> dev = like;
+    for (const auto& t : tensors) {
+      TORCH_CHECK(t.defined(), "openmtia: ", what, ": undefined tensor");
+      TORCH_CHECK(t.layout() == c10::kStrided, "openmtia: ", what, ": only strided tensors are supported, got ",
+                  t.layout());
+      TORCH_CHECK(t.device().type() == kMTIA || t.device().is_cpu(), "openmtia: ", what,
+                  ": expected mtia (or CPU) tensors, got a tensor on ", t.device());
+      TORCH_CHECK(isDense(t), "openmtia: ", what, ": tensors must be non-overlapping and dense (e.g. contiguous)");
+      if (!dev) dev = t.device();
+      TORCH_CHECK(t.device() == *dev, "openmtia: ", what, ": all tensors must be on the same device, got ", *dev,
+                  " and ", t.device());
+    }
+    if (!dev || dev->is_cpu()) return -1;
+    int index = dev->index();
+    if (device_ < 0) bindDevice(boundIndex(index));
+    TORCH_CHECK(index == device_, "openmtia: ", what, ": rank ", getRank(), " of this process group uses mtia:",
+                device_, "; got a tensor on mtia:", index,
+                " (one device per rank, as with NCCL: pass device_id or torch.mtia.set_device() before the first "
+                "collective)");
+    return index;
+  }
+
+  void checkSame(const Tensors& tensors, const char* what) {
+    TORCH_CHECK(!tensors.empty(), "openmtia: ", what, ": expected at least one tensor");
+    checkDevices(tensors, what);
+    for (const auto& t : tensors) checkLike(t, tensors[0], what);
+  }
+
+  static void checkLike(const at::Tensor& t, const at::Tensor& ref, const char* what) {
+    TORCH_CHECK(t.scalar_type() == ref.scalar_type(), "openmtia: ", what, ": tensors of different dtypes (",
+                t.scalar_type(), " and ", ref.scalar_type(), ")");
+    TORCH_CHECK(t.sizes() == ref.sizes(), "openmtia: ", what, ": tensors of different sizes (", t.sizes(), " and ",
+                ref.sizes(), ")");
+  }
+
+  void checkRoot(int64_t root, const char* what) const {
+    TORCH_CHECK(root >= 0 && root < getSize(), "openmtia: ", what, ": invalid root rank ", root, " for a group of ",
+                getSize());
+  }
+
+  void checkPeer(int peer, const char* what) const {
+    TORCH_CHECK(peer >= 0 && peer < getSize() && peer != getRank(), "openmtia: ", what, ": invalid peer rank ", peer,
+                " (rank ", getRank(), " of ", getSize(), ")");
+  }
+
+  void checkSplits(const at::Tensor& t, const std::vector<int64_t>& splits, const char* which) const {
+    if (splits.empty()) {
+      TORCH_CHECK(t.dim() > 0 && t.size(0) % getSize() == 0, "openmtia: all_to_all_single: the ", which,
+                  "'s first dimension must divide evenly by the world size ", getSize());
+      return;
+    }
+    TORCH_CHECK((int)splits.size() == getSize(), "openmtia: all_to_all_single: ", splits.size(), " ", which,
+                " splits for ", getSize(), " ranks");
+    int64_t sum = 0;
+    for (int64_t s : splits) {
+      TORCH_CHECK(s >= 0, "openmtia: all_to_all_single: negative split");
+      sum += s;
+    }
+    TORCH_CHECK(t.dim() > 0 && sum == t.size(0), "openmtia: all_to_all_single: the ", which,
+                " splits add up to ", sum, ", its first dimension is ", t.dim() > 0 ? t.size(0) : 0);
+  }
+
+  static void checkNoPremul(const c10d::ReduceOp& op, const char* what) {
+    TORCH_CHECK(op.op_ != c10d::ReduceOp::PREMUL_SUM, "openmtia: ", what, " does not support PREMUL_SUM");
+  }
+
+  Signature signature(OpType type, const Tensors& tensors, int64_t root = -1,
+                      c10d::ReduceOp op = c10d::ReduceOp::SUM) const {
+    Signature s{};
+    s[kOp] = static_cast<int64_t>(type);
+    s[kDtype] = tensors.empty() ? -1 : static_cast<int64_t>(tensors[0].scalar_type());
+    size_t shapes = 0;
+    int64_t numel = 0;
+    for (const auto& t : tensors) {
+      numel += t.numel();
+      shapes = c10::hash_combine(shapes, c10::get_hash(t.sizes().vec()));
+    }
+    s[kNumel] = numel;
+    s[kShapes] = static_cast<int64_t>(shapes & 0x7fffffffffffffffULL);
+    s[kRoot] = root;
+    s[kReduceOp] = static_cast<int64_t>(op.op_);
+    s[kCount] = static_cast<int64_t>(tensors.size());
+    return s;
+  }
+
+  static std::string describeSig(const int64_t* s) {
+    std::ostringstream o;
+    o << c10d::opTypeToString(static_cast<OpType>(s[kOp]));
+    if (s[kDtype] >= 0) o << " on " << s[kNumel] << " elements of " << static_cast<c10::ScalarType>(s[kDtype]);
+    if (s[kCount] > 1) o << " in " << s[kCount] << " tensors";
+    if (s[kRoot] >= 0) o << ", root " << s[kRoot];
+    return o.str();
+  }
+
+  // Every rank's signature, fetched by the task before the data moves.
+  static void compareSignatures(const at::Tensor& all, int size, int rank) {
+    const int64_t* rows = all.data_ptr<int64_t>();
+    const int64_t* mine = rows + rank * kSig;
+    for (int r = 0; r < size; ++r) {
+      const int64_t* theirs = rows + r * kSig;
+      if (std::equal(mine, mine + kSig, theirs)) continue;
+      std::ostringstream o;
+      o << "openmtia: collective mismatch at call " << mine[kSeq] << " of this process group: rank " << rank
+        << " called " << describeSig(mine) << ", rank " << r << " called " << describeSig(theirs);
+      if (std::equal(mine, mine + kShapes, theirs)) o << " (with other tensor shapes)";
+      if (mine[kReduceOp] != theirs[kReduceOp] && std::equal(mine, mine + kReduceOp, theirs))
+        o << " (with another reduce op)";
+      throw std::runtime_error(o.str());
+    }
+  }
+
+  WorkPtr issue(OpType type, const char* name, const Tensors& tensors, Tensors outputs,
+                std::optional<Signature> sig, std::function<WorkPtr()> run, bool host_wait = false) {
+    int dev = tensors.empty() ? -1 : checkDevices(tensors, name);
+    if (device_ < 0) bindDevice(boundIndex(currentDevice()));
+    int exec = device_;
+    if (dev >= 0)
+      TORCH_CHECK(!isCapturing(static_cast<c10::DeviceIndex>(dev)), "openmtia: ", name,
+                  " cannot be captured into an MTIAGraph");
+
+    // The signature exchange starts now, on the host, while earlier device
+    // work runs; the task waits for it.
+    WorkPtr check_work;
+    at::Tensor all_sigs;
+    if (check_ && sig) {
+      (*sig)[kSeq] = static_cast<int64_t>(++seq_);
+      at::Tensor mine = at::empty({kSig}, at::kLong);
+      std::copy(sig->begin(), sig->end(), mine.data_ptr<int64_t>());
+      all_sigs = at::empty({getSize() * kSig}, at::kLong);
+      check_work = check_->_allgather_base(all_sigs, mine, c10d::AllgatherOptions());
+    }
+
+    auto op = std::make_shared<CommOp>(name, std::move(outputs));
+    if (dev >= 0 || host_wait) {
+      // the communication stream waits for the caller's stream
+      c10::DeviceIndex caller = static_cast<c10::DeviceIndex>(dev >= 0 ? dev : exec);
+      omr::Event* ready = omr::eventCreate(false);
+      try {
+        OMR_CALL(omr::eventRecord(ready, caller, streamId(currentStream(caller))));
+        OMR_CALL(omr::streamWaitEvent(caller, comm_stream_, ready));
+      } catch (...) {
+        omr::eventDestroy(ready);
+        throw;
+      }
+      omr::eventDestroy(ready);
+    }
+    int size = getSize(), rank = getRank();
+    OMR_CALL(omr::launch(exec, comm_stream_, std::string("c10d:") + name,
+                         [op, run = std::move(run), check_work, all_sigs, size, rank] {
+                           try {
+                             if (check_work) {
+                               check_work->wait();
+                               compareSignatures(all_sigs, size, rank);
+                             }
+                             WorkPtr w = run();
+                             if (w) w->wait();
+                             op->finish(nullptr);
+                           } catch (...) {
+                             // reported through the Work (wait, future), not as the stream's error
+                             op->finish(std::current_exception());
+                           }
+                         }));
+    completer_->add(op);
+    WaitMode mode = (dev < 0 || host_wait) ? WaitMode::kHost : WaitMode::kStream;
+    return c10::make_intrusive<MtiaWork>(getRank(), type, nullptr, op, mode, exec);
+  }
+
+  c10::intrusive_ptr<c10d::Backend> gloo_, check_;
+  std::unique_ptr<Completer> completer_;
+  int device_ = -1;
+  omr::StreamId comm_stream_ = 0;
+  uint64_t seq_ = 0;
+};
+
+}  // namespace
+
+void initDistributedBindings(py::module& m) {
+  m.def(
+      "_c10d_backend",
+      [](py::object gloo, py::object check, int rank, int size, int device) {
+        auto unwrap = [](py::object o) -> c10::intrusive_ptr<c10d::Backend> {
+          if (o.is_none()) return {};
+          return o.cast<c10::intrusive_ptr<c10d::Backend>>();
+        };
+        c10::intrusive_ptr<c10d::Backend> backend =
+            c10::make_intrusive<MtiaBackend>(unwrap(gloo), unwrap(check), rank, size, device);
+        return backend;
+      },
+      py::arg("gloo"), py::arg("check"), py::arg("rank"), py::arg("size"), py::arg("device"),
+      "openmtia's c10d backend over a Gloo process group (and a second one for the call signatures, or None)");
+}
+
+}  // namespace openmtia::dist

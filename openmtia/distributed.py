@@ -1,0 +1,46 @@
+"""torch.distributed on mtia: the "openmtia" c10d backend.
+
+Registered for the "mtia" device when openmtia loads, so that
+``init_process_group()`` (no backend), ``init_process_group(device_id=
+torch.device("mtia", rank))`` and ``backend="mtia:openmtia,cpu:gloo"`` pick it
+for mtia tensors, while CPU tensors keep Gloo.
+
+The backend (csrc/distributed/) is built on Gloo, the engine shipped in the
+torch wheel: it holds a ``ProcessGroupGloo`` of its own and runs each
+collective as a task on a communication stream of the device, over the device
+memory itself. A second, tiny Gloo group exchanges each call's signature
+(op, dtype, sizes) so that a mismatch across ranks raises on every rank;
+``OPENMTIA_C10D_CHECK=0`` turns that exchange off.
+
+Gloo picks its network interface as usual: ``GLOO_SOCKET_IFNAME`` names it.
+"""
+
+import os
+
+import torch
+import torch.distributed as dist
+
+from . import _C
+
+NAME = "openmtia"
+
+
+def _create_backend(store, rank, world_size, timeout):
+    gloo = dist.ProcessGroupGloo(dist.PrefixStore("data/", store), rank, world_size, timeout)
+    check = None
+    if os.environ.get("OPENMTIA_C10D_CHECK", "1") != "0":
+        check = dist.ProcessGroupGloo(dist.PrefixStore("check/", store), rank, world_size, timeout)
+    # The rank's device: init_process_group's device_id, else the device of
+    # its first collective's tensors (as NCCL guesses it).
+    return _C._c10d_backend(gloo, check, rank, world_size, -1)
+
+
+def register():
+    if not dist.is_available() or not hasattr(dist, "ProcessGroupGloo"):
+        return
+    if NAME.upper() in dist.Backend._plugins:
+        return
+    # "cpu" too: a group made with backend="openmtia" alone also takes CPU
+    # tensors (ordered with its mtia collectives). The default for CPU
+    # tensors stays Gloo.
+    dist.Backend.register_backend(NAME, _create_backend, devices=["mtia", "cpu"])

@@ -1,0 +1,71 @@
+"""torch.distributed on mtia: the "openmtia" c10d backend, DDP, FSDP2, failures.
+
+Each test runs its ranks as processes (tests/dist_workers.py), one mtia device
+per rank, talking over loopback.
+"""
+import os
+import socket
+import sys
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+sys.path.insert(0, os.path.dirname(__file__))
+import dist_workers  # noqa: E402
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def spawn(fn, *args, world=2, timeout=180):
+    ctx = mp.spawn(fn, args=(world, free_port(), *args), nprocs=world, join=False)
+    deadline = time.monotonic() + timeout
+    while not ctx.join(timeout=max(0.1, deadline - time.monotonic())):
+        if time.monotonic() > deadline:
+            for p in ctx.processes:
+                p.kill()
+            pytest.fail(f"{fn.__name__} did not finish within {timeout} s")
+
+
+def test_backend_is_registered_for_mtia():
+    assert dist.Backend.default_device_backend_map["mtia"] == "openmtia"
+    assert dist.Backend.default_device_backend_map["cpu"] == "gloo"
+    assert "mtia" in dist.Backend.backend_capability["openmtia"]
+    assert dist.Backend("openmtia") == "openmtia"
+
+
+def test_collectives():
+    spawn(dist_workers.collectives)
+
+
+def test_collective_stream_semantics():
+    spawn(dist_workers.stream_semantics)
+
+
+def test_errors_and_cross_rank_mismatches():
+    spawn(dist_workers.errors)
+
+
+def test_dead_rank_makes_the_others_raise(tmp_path):
+    result = tmp_path / "result"
+    spawn(dist_workers.dead_rank, str(result), timeout=120)
+    elapsed, usable, outcome = result.read_text().splitlines()
+    assert "no error" not in outcome, outcome
+    assert float(elapsed) < 15, f"took {elapsed} s (timeout 10 s): {outcome}"
+    assert usable == "True"
+
+
+@pytest.mark.parametrize("variant", ["plain", "gradient_as_bucket_view", "find_unused_parameters", "no_sync",
+                                     "static_graph"])
+def test_ddp_equals_one_process(variant):
+    spawn(dist_workers.ddp, variant)
+
+
+def test_fsdp2_dtensor_and_checkpoint(tmp_path):
+    spawn(dist_workers.fsdp2, str(tmp_path / "ckpt"))

@@ -161,6 +161,42 @@ def collectives(rank, world, port):
     dist.destroy_process_group()
 
 
+def init_forms(rank, world, port, form):
+    """init_process_group's ways of naming (or not naming) the backend."""
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    torch.mtia.set_device(rank)
+    kwargs = {"rank": rank, "world_size": world}
+    if form == "device_id":
+        kwargs["device_id"] = torch.device("mtia", rank)
+    elif form == "device_map":
+        kwargs["backend"] = "mtia:openmtia,cpu:gloo"
+    elif form == "name":
+        kwargs["backend"] = "openmtia"
+    dist.init_process_group(**kwargs)
+    pg = dist.group.WORLD
+    assert type(pg._get_backend(torch.device("mtia"))).__name__ == "Backend"
+    assert dist.get_backend_config(pg).count("openmtia") >= 1, dist.get_backend_config(pg)
+    if form == "device_map":
+        assert "cpu:gloo" in dist.get_backend_config(pg), dist.get_backend_config(pg)
+    t = torch.full((4,), float(rank + 1), device=f"mtia:{rank}")
+    dist.all_reduce(t)
+    close_equal(t, torch.full((4,), 3.0), f"{form}: mtia all_reduce")
+    c = torch.full((4,), float(rank + 1))
+    if form == "none":
+        # as with CUDA's default (NCCL alone): the group has no CPU backend
+        try:
+            dist.all_reduce(c)
+        except RuntimeError as e:
+            assert "device type cpu" in str(e), e
+        else:
+            raise AssertionError("a CPU collective on an mtia-only group did not raise")
+    else:
+        dist.all_reduce(c)
+        close_equal(c, torch.full((4,), 3.0), f"{form}: CPU all_reduce")
+    dist.destroy_process_group()
+
+
 # ---------------------------------------------------------------- stream semantics
 def stream_semantics(rank, world, port):
     from openmtia import _C
@@ -316,6 +352,9 @@ def ddp(rank, world, port, variant, addr="127.0.0.1"):
     if variant in ("gradient_as_bucket_view", "find_unused_parameters", "static_graph"):
         kwargs[variant] = True
     m = DDP(model.to(dev), **kwargs)
+    if variant == "comm_hook":  # futures: the hook's callbacks run on the backend's completion thread
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+        m.register_comm_hook(None, default_hooks.allreduce_hook)
     opt = torch.optim.SGD(m.parameters(), lr=0.1)
     for step in range(5):
         x, y = data(seed=step)

@@ -40,6 +40,11 @@ def test_backend_is_registered_for_mtia():
     assert dist.Backend("openmtia") == "openmtia"
 
 
+@pytest.mark.parametrize("form", ["none", "device_id", "device_map", "name"])
+def test_init_process_group_picks_openmtia(form):
+    spawn(dist_workers.init_forms, form)
+
+
 def test_collectives():
     spawn(dist_workers.collectives)
 
@@ -62,10 +67,23 @@ def test_dead_rank_makes_the_others_raise(tmp_path):
 
 
 @pytest.mark.parametrize("variant", ["plain", "gradient_as_bucket_view", "find_unused_parameters", "no_sync",
-                                     "static_graph"])
+                                     "static_graph", "comm_hook"])
 def test_ddp_equals_one_process(variant):
     spawn(dist_workers.ddp, variant)
 
 
 def test_fsdp2_dtensor_and_checkpoint(tmp_path):
     spawn(dist_workers.fsdp2, str(tmp_path / "ckpt"))
+
+
+def test_main_job_under_torchrun():
+    """`torchrun --nproc-per-node 2 examples/train.py`: DDP on mtia equals one CPU process."""
+    import subprocess
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                          os.path.join(root, "examples", "train.py"), "--epochs", "1"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "DDP on mtia: 2 ranks, backend openmtia" in out.stdout, out.stdout
+    assert "OK: DDP on mtia matches one cpu process" in out.stdout, out.stdout
+    assert "Time stats are currently only collected" not in out.stderr  # DDP times mtia steps too

@@ -141,6 +141,21 @@ def collectives(rank, world, port):
         close_equal(x, torch.arange(3.), "recv")
         dist.isend(x * 2, 0).wait()
 
+    # both ranks send first, then receive, 16 MB each way (more than a socket holds)
+    big = torch.full((4 << 20,), float(rank), device=dev)
+    got = torch.empty_like(big)
+    peer = 1 - rank
+    reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, big, peer), dist.P2POp(dist.irecv, got, peer)])
+    for r in reqs:
+        r.wait()
+    close_equal(got[-4:], torch.full((4,), float(peer)), "batch_isend_irecv")
+
+    # a subgroup
+    sub = dist.new_group([0, 1])
+    t = full(float(rank + 1))
+    dist.all_reduce(t, group=sub)
+    close_equal(t, torch.full((4,), 3.0), "all_reduce on a new_group")
+
     # async_op, futures, barrier, objects, CPU tensors
     t = full(1.0, n=1000)
     work = dist.all_reduce(t, async_op=True)

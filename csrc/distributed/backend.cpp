@@ -337,14 +337,17 @@ class MtiaBackend final : public c10d::Backend {
                  [gloo, in, out, opts]() mutable { return gloo->alltoall(out, in, opts); });
   }
 
-  // Point-to-point calls are not collective: no signature is exchanged.
+  // Point-to-point calls are not collective: no signature is exchanged. Sends
+  // and receives have communication streams of their own, so that two ranks
+  // that both send before they receive (batch_isend_irecv) do not wait on
+  // each other; Gloo matches them by peer and tag, apart from collectives.
   WorkPtr send(Tensors& tensors, int dst, int tag) override {
     checkSame(tensors, "send");
     checkPeer(dst, "send");
     auto views = hostViews(tensors);
     auto gloo = gloo_;
     return issue(OpType::SEND, "send", tensors, {}, std::nullopt,
-                 [gloo, views, dst, tag]() mutable { return gloo->send(views, dst, tag); });
+                 [gloo, views, dst, tag]() mutable { return gloo->send(views, dst, tag); }, false, Lane::kSend);
   }
 
   WorkPtr recv(Tensors& tensors, int src, int tag) override {
@@ -353,7 +356,7 @@ class MtiaBackend final : public c10d::Backend {
     auto views = hostViews(tensors);
     auto gloo = gloo_;
     return issue(OpType::RECV, "recv", tensors, tensors, std::nullopt,
-                 [gloo, views, src, tag]() mutable { return gloo->recv(views, src, tag); });
+                 [gloo, views, src, tag]() mutable { return gloo->recv(views, src, tag); }, false, Lane::kRecv);
   }
 
   WorkPtr barrier(const c10d::BarrierOptions& opts) override {
@@ -375,6 +378,8 @@ class MtiaBackend final : public c10d::Backend {
     checkDevice(static_cast<c10::DeviceIndex>(device));
     device_ = device;
     comm_stream_ = OMR_CALL(omr::streamFromPool(device, /*priority=*/-1));
+    send_stream_ = OMR_CALL(omr::streamFromPool(device, /*priority=*/-1));
+    recv_stream_ = OMR_CALL(omr::streamFromPool(device, /*priority=*/-1));
   }
 
   // The device this rank uses: init_process_group's device_id if given, else
@@ -497,11 +502,15 @@ class MtiaBackend final : public c10d::Backend {
     }
   }
 
+  enum class Lane { kCollective, kSend, kRecv };
+
   WorkPtr issue(OpType type, const char* name, const Tensors& tensors, Tensors outputs,
-                std::optional<Signature> sig, std::function<WorkPtr()> run, bool host_wait = false) {
+                std::optional<Signature> sig, std::function<WorkPtr()> run, bool host_wait = false,
+                Lane lane = Lane::kCollective) {
     int dev = tensors.empty() ? -1 : checkDevices(tensors, name);
     if (device_ < 0) bindDevice(boundIndex(currentDevice()));
     int exec = device_;
+    omr::StreamId stream = lane == Lane::kSend ? send_stream_ : lane == Lane::kRecv ? recv_stream_ : comm_stream_;
     if (dev >= 0)
       TORCH_CHECK(!isCapturing(static_cast<c10::DeviceIndex>(dev)), "openmtia: ", name,
                   " cannot be captured into an MTIAGraph");
@@ -525,7 +534,7 @@ class MtiaBackend final : public c10d::Backend {
       omr::Event* ready = omr::eventCreate(false);
       try {
         OMR_CALL(omr::eventRecord(ready, caller, streamId(currentStream(caller))));
-        OMR_CALL(omr::streamWaitEvent(caller, comm_stream_, ready));
+        OMR_CALL(omr::streamWaitEvent(caller, stream, ready));
       } catch (...) {
         omr::eventDestroy(ready);
         throw;
@@ -533,7 +542,7 @@ class MtiaBackend final : public c10d::Backend {
       omr::eventDestroy(ready);
     }
     int size = getSize(), rank = getRank();
-    OMR_CALL(omr::launch(exec, comm_stream_, std::string("c10d:") + name,
+    OMR_CALL(omr::launch(exec, stream, std::string("c10d:") + name,
                          [op, run = std::move(run), check_work, all_sigs, size, rank] {
                            try {
                              if (check_work) {
@@ -556,7 +565,7 @@ class MtiaBackend final : public c10d::Backend {
   c10::intrusive_ptr<c10d::Backend> gloo_, check_;
   std::unique_ptr<Completer> completer_;
   int device_ = -1;
-  omr::StreamId comm_stream_ = 0;
+  omr::StreamId comm_stream_ = 0, send_stream_ = 0, recv_stream_ = 0;
   uint64_t seq_ = 0;
 };
 

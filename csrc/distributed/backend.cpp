@@ -200,17 +200,7 @@ class MtiaBackend final : public c10d::Backend {
   }
 
   WorkPtr gather(std::vector<Tensors>& outputs, Tensors& inputs, const c10d::GatherOptions& opts) override {
-    checkRoot(opts.rootRank, "gather");
-    TORCH_CHECK(inputs.size() == 1, "openmtia: gather: expected one input tensor, got ", inputs.size());
-    if (getRank() == opts.rootRank) {
-      TORCH_CHECK(outputs.size() == 1 && (int)outputs[0].size() == getSize(),
-                  "openmtia: gather: the root needs one output list of ", getSize(), " tensors");
-      for (const auto& o : outputs[0]) checkLike(o, inputs[0], "gather");
-    } else {
-      TORCH_CHECK(outputs.empty() || (outputs.size() == 1 && outputs[0].empty()),
-                  "openmtia: gather: only the root rank takes an output list");
-    }
-    checkDevices(concat(inputs, flat(outputs)), "gather");
+    checkRootList(inputs, outputs, opts.rootRank, "gather");
     Signature sig = signature(OpType::GATHER, inputs, opts.rootRank);
     auto in = hostViews(inputs);
     auto out = hostViews(outputs);
@@ -220,17 +210,7 @@ class MtiaBackend final : public c10d::Backend {
   }
 
   WorkPtr scatter(Tensors& outputs, std::vector<Tensors>& inputs, const c10d::ScatterOptions& opts) override {
-    checkRoot(opts.rootRank, "scatter");
-    TORCH_CHECK(outputs.size() == 1, "openmtia: scatter: expected one output tensor, got ", outputs.size());
-    if (getRank() == opts.rootRank) {
-      TORCH_CHECK(inputs.size() == 1 && (int)inputs[0].size() == getSize(),
-                  "openmtia: scatter: the root needs one input list of ", getSize(), " tensors");
-      for (const auto& i : inputs[0]) checkLike(i, outputs[0], "scatter");
-    } else {
-      TORCH_CHECK(inputs.empty() || (inputs.size() == 1 && inputs[0].empty()),
-                  "openmtia: scatter: only the root rank takes an input list");
-    }
-    checkDevices(concat(outputs, flat(inputs)), "scatter");
+    checkRootList(outputs, inputs, opts.rootRank, "scatter");
     Signature sig = signature(OpType::SCATTER, outputs, opts.rootRank);
     auto in = hostViews(inputs);
     auto out = hostViews(outputs);
@@ -424,6 +404,22 @@ class MtiaBackend final : public c10d::Backend {
                 t.scalar_type(), " and ", ref.scalar_type(), ")");
     TORCH_CHECK(t.sizes() == ref.sizes(), "openmtia: ", what, ": tensors of different sizes (", t.sizes(), " and ",
                 ref.sizes(), ")");
+  }
+
+  // gather and scatter: every rank has one tensor; the root also has one list
+  // of world-size tensors like it (gather's outputs, scatter's inputs).
+  void checkRootList(const Tensors& mine, const std::vector<Tensors>& lists, int64_t root, const char* what) {
+    checkRoot(root, what);
+    TORCH_CHECK(mine.size() == 1, "openmtia: ", what, ": expected one tensor, got ", mine.size());
+    if (getRank() == root) {
+      TORCH_CHECK(lists.size() == 1 && (int)lists[0].size() == getSize(), "openmtia: ", what,
+                  ": the root needs one list of ", getSize(), " tensors");
+      for (const auto& t : lists[0]) checkLike(t, mine[0], what);
+    } else {
+      TORCH_CHECK(lists.empty() || (lists.size() == 1 && lists[0].empty()), "openmtia: ", what,
+                  ": only the root rank takes a list of tensors");
+    }
+    checkDevices(concat(mine, flat(lists)), what);
   }
 
   void checkRoot(int64_t root, const char* what) const {

@@ -90,6 +90,23 @@ def collectives(rank, world, port):
     dist.all_gather_into_tensor(out, torch.full((3,), float(rank), device=dev))
     close_equal(out, torch.tensor([0., 0, 0, 1, 1, 1]), "all_gather_into_tensor")
 
+    # coalesced forms (ProcessGroup methods)
+    pg = dist.group.WORLD
+    ins = [torch.full((2,), float(rank), device=dev), torch.full((3,), float(rank + 5), device=dev)]
+    outs = [torch.empty(4, device=dev), torch.empty(6, device=dev)]
+    pg.allgather_into_tensor_coalesced(outs, ins).wait()
+    close_equal(outs[0], torch.tensor([0., 0, 1, 1]), "allgather_into_tensor_coalesced")
+    close_equal(outs[1], torch.tensor([5., 5, 5, 6, 6, 6]), "allgather_into_tensor_coalesced")
+    outs = [torch.empty(1, device=dev), torch.empty(2, device=dev)]
+    ins = [torch.arange(2., device=dev), torch.arange(4., device=dev)]
+    pg.reduce_scatter_tensor_coalesced(outs, ins).wait()
+    close_equal(outs[0], torch.tensor([2. * rank]), "reduce_scatter_tensor_coalesced")
+    close_equal(outs[1], (2 * torch.arange(4.))[2 * rank:2 * rank + 2], "reduce_scatter_tensor_coalesced")
+    ts = [torch.full((2,), float(rank + 1), device=dev), torch.full((3,), float(rank + 3), device=dev)]
+    pg.allreduce_coalesced(ts).wait()
+    close_equal(ts[0], torch.full((2,), 3.0), "allreduce_coalesced")
+    close_equal(ts[1], torch.full((3,), 7.0), "allreduce_coalesced")
+
     # reduce_scatter (list and tensor)
     out = torch.empty(2, device=dev)
     dist.reduce_scatter(out, [torch.full((2,), float(10 * rank + i), device=dev) for i in range(world)])

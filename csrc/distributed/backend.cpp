@@ -174,13 +174,7 @@ class MtiaBackend final : public c10d::Backend {
 
   WorkPtr allgather_into_tensor_coalesced(Tensors& outputs, Tensors& inputs,
                                           const c10d::AllgatherOptions& opts) override {
-    TORCH_CHECK(outputs.size() == inputs.size(), "openmtia: all_gather_into_tensor_coalesced: ", outputs.size(),
-                " outputs for ", inputs.size(), " inputs");
-    for (size_t i = 0; i < inputs.size(); ++i)
-      TORCH_CHECK(outputs[i].numel() == inputs[i].numel() * getSize() &&
-                      outputs[i].scalar_type() == inputs[i].scalar_type(),
-                  "openmtia: all_gather_into_tensor_coalesced: output ", i, " does not match its input");
-    checkDevices(concat(inputs, outputs), "all_gather_into_tensor_coalesced");
+    checkWorldSized(outputs, inputs, "all_gather_into_tensor_coalesced");
     Signature sig = signature(OpType::ALLGATHER_COALESCED, inputs);
     auto in = hostViews(inputs), out = hostViews(outputs);
     auto gloo = gloo_;
@@ -270,13 +264,7 @@ class MtiaBackend final : public c10d::Backend {
 
   WorkPtr reduce_scatter_tensor_coalesced(Tensors& outputs, Tensors& inputs,
                                           const c10d::ReduceScatterOptions& opts) override {
-    TORCH_CHECK(outputs.size() == inputs.size(), "openmtia: reduce_scatter_tensor_coalesced: ", outputs.size(),
-                " outputs for ", inputs.size(), " inputs");
-    for (size_t i = 0; i < inputs.size(); ++i)
-      TORCH_CHECK(inputs[i].numel() == outputs[i].numel() * getSize() &&
-                      outputs[i].scalar_type() == inputs[i].scalar_type(),
-                  "openmtia: reduce_scatter_tensor_coalesced: input ", i, " does not match its output");
-    checkDevices(concat(inputs, outputs), "reduce_scatter_tensor_coalesced");
+    checkWorldSized(inputs, outputs, "reduce_scatter_tensor_coalesced");
     checkNoPremul(opts.reduceOp, "reduce_scatter_tensor_coalesced");
     Signature sig = signature(OpType::REDUCE_SCATTER_TENSOR_COALESCED, outputs, -1, opts.reduceOp);
     auto in = hostViews(inputs), out = hostViews(outputs);
@@ -404,6 +392,19 @@ class MtiaBackend final : public c10d::Backend {
                 t.scalar_type(), " and ", ref.scalar_type(), ")");
     TORCH_CHECK(t.sizes() == ref.sizes(), "openmtia: ", what, ": tensors of different sizes (", t.sizes(), " and ",
                 ref.sizes(), ")");
+  }
+
+  // Coalesced gathers and scatters: each of `whole` has world size times the
+  // elements of its partner in `part`, and the same dtype.
+  void checkWorldSized(const Tensors& whole, const Tensors& part, const char* what) {
+    TORCH_CHECK(whole.size() == part.size(), "openmtia: ", what, ": lists of ", whole.size(), " and ", part.size(),
+                " tensors");
+    for (size_t i = 0; i < part.size(); ++i)
+      TORCH_CHECK(whole[i].numel() == part[i].numel() * getSize() && whole[i].scalar_type() == part[i].scalar_type(),
+                  "openmtia: ", what, ": tensor ", i, " of ", whole[i].numel(), " elements of ",
+                  whole[i].scalar_type(), " does not hold world size x ", part[i].numel(), " elements of ",
+                  part[i].scalar_type());
+    checkDevices(concat(part, whole), what);
   }
 
   // gather and scatter: every rank has one tensor; the root also has one list

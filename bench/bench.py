@@ -7,6 +7,7 @@ better, target <= 1.5); throughput ratio = CPU time / mtia time (higher is
 better, target >= 0.9).
 """
 import argparse
+import os
 import statistics
 import time
 
@@ -116,11 +117,14 @@ def main():
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--quick", action="store_true", help="fewer repeats (smoke run)")
+    p.add_argument("--png", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "bench.png"),
+                   help="where the bar chart goes ('' for none)")
     args = p.parse_args()
     repeats = 2 if args.quick else args.repeats
     print(f"torch {torch.__version__}, {torch.get_num_threads()} CPU threads, median of {repeats} runs\n")
     print(f"| {'case':50} | {'cpu':>10} | {'mtia':>10} | {'ratio':>6} | target | met |")
     print(f"|{'-' * 52}|{'-' * 12}|{'-' * 12}|{'-' * 8}|--------|-----|")
+    rows = []
     for name, factory, kind, inner, target in CASES:
         inner = max(1, inner // 4) if args.quick else inner
         t_cpu, t_mtia, ratios = paired(factory, repeats, inner)
@@ -132,6 +136,39 @@ def main():
             ok, fmt = ratio >= target, f">= {target}"
         unit = (lambda t: f"{t * 1e6:8.1f}us") if t_cpu < 1e-3 else (lambda t: f"{t * 1e3:8.2f}ms")
         print(f"| {name:50} | {unit(t_cpu):>10} | {unit(t_mtia):>10} | {ratio:6.2f} | {fmt:6} | {'yes' if ok else 'NO':3} |")
+        rows.append((name, t_cpu, t_mtia, ok))
+    if args.png:
+        write_chart(rows, args.png, repeats)
+        print(f"\nchart: {args.png}")
+
+
+def write_chart(rows, path, repeats):
+    """The table as a bar chart: per case, mtia's time next to CPU's (CPU = 1)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [r[0] for r in rows]
+    rel = [r[2] / r[1] for r in rows]
+    fig, ax = plt.subplots(figsize=(9, 0.6 * len(rows) + 1.6))
+    y = range(len(rows))
+    ax.barh([i + 0.2 for i in y], [1.0] * len(rows), height=0.4, color="#9e9e9e", label="cpu (= 1)")
+    ax.barh([i - 0.2 for i in y], rel, height=0.4, color=["#2e7d32" if r[3] else "#c62828" for r in rows],
+            label="mtia (green: target met, red: not)")
+    for i, (r, row) in enumerate(zip(rel, rows)):
+        ax.text(r + 0.02, i - 0.2, f"{r:.2f}x  ({row[2] * 1e3:.3g} ms vs {row[1] * 1e3:.3g} ms)", va="center",
+                fontsize=8)
+    ax.set_yticks(list(y))
+    ax.set_yticklabels(names, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("time relative to CPU PyTorch (lower is faster)")
+    ax.set_title(f"openmtia vs CPU PyTorch {torch.__version__}, median of {repeats} runs", fontsize=10)
+    ax.set_xlim(0, max(max(rel), 1.0) * 1.45)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 if __name__ == "__main__":

@@ -35,6 +35,10 @@ fi
 # it needs nothing else (checked with pip install --dry-run: no torch)
 "$VPY" -c "import importlib.metadata as m, sys; sys.exit(m.version('triton') != '3.9.0')" 2>/dev/null ||
   "$VPY" -m pip install -q triton==3.9.0
+# the main job's progress bar and charts (tqdm, matplotlib) and the model tests'
+# transformers: pinned; `pip install --dry-run` shows they need no torch
+"$VPY" -c "import importlib.metadata as m, sys; sys.exit(any(m.version(p) != v for p, v in [('tqdm', '4.70.1'), ('matplotlib', '3.11.2'), ('transformers', '5.23.0')]))" 2>/dev/null ||
+  "$VPY" -m pip install -q tqdm==4.70.1 matplotlib==3.11.2 transformers==5.23.0
 # --no-build-isolation: build against the torch above, never fetch another one
 "$VPY" -m pip install -q --no-build-isolation -e .
 "$VPY" -c "import torch; assert torch.__version__.startswith('2.13.0'), torch.__version__"

@@ -47,6 +47,15 @@ struct Allocation {
   c10::DeviceIndex device;
 };
 
+// torch.profiler(profile_memory=True): memory events of mtia allocations,
+// with the device's allocated and reserved totals, as CUDA's allocator reports.
+void reportToProfiler(c10::DeviceIndex device, void* ptr, int64_t delta) {
+  if (!c10::memoryProfilingEnabled()) return;
+  omr::CacheStats m = cacheOf(device).stats();
+  c10::reportMemoryUsageToProfiler(ptr, delta, static_cast<size_t>(m.allocated_bytes[0].current),
+                                   static_cast<size_t>(m.reserved_bytes[0].current), c10::Device(kMTIA, device));
+}
+
 void freeAllocation(void* ctx) {
   auto* a = static_cast<Allocation*>(ctx);
   if (omr::inBadFork()) {  // the parent's memory: not this process's to give back
@@ -55,6 +64,7 @@ void freeAllocation(void* ctx) {
   }
   recordFree(a->device, a->ptr, a->size, a->stream);
   cacheOf(a->device).free(a->ptr);  // never throws for a pointer we allocated
+  reportToProfiler(a->device, a->ptr, -static_cast<int64_t>(a->size));
   delete a;
 }
 
@@ -75,6 +85,7 @@ c10::DataPtr allocateOn(c10::DeviceIndex device, size_t n) {
   }
   size_t size = omr::CachingAllocator::roundSize(n);
   recordAlloc(device, p, size, stream, std::move(context));
+  reportToProfiler(device, p, static_cast<int64_t>(size));
   return c10::DataPtr(p, new Allocation{p, size, stream, device}, &freeAllocation, dev);
 }
 

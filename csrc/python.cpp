@@ -20,6 +20,9 @@ void initGraphReplayBindings(py::module& m);  // compile/graph_replay.cpp
 namespace dist {
 void initDistributedBindings(py::module& m);  // distributed/backend.cpp
 }
+namespace profiler {
+void registerKinetoPlugin();  // profiler/kineto_plugin.cpp
+}
 }
 
 namespace {
@@ -85,6 +88,7 @@ PYBIND11_MODULE(_C, m) {
   openmtia::initCompileBindings(m);
   openmtia::initGraphReplayBindings(m);
   openmtia::dist::initDistributedBindings(m);
+  openmtia::profiler::registerKinetoPlugin();  // device tasks in torch.profiler
   m.def("_cpu_kernel_over_composite_ops", &openmtia::cpuKernelOverCompositeOps);
   m.def("_structured_ops", &openmtia::structuredOps);
   m.def("_unboxed_ops", [] {

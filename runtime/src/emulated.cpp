@@ -78,6 +78,15 @@ class RangeMap {
   std::map<uintptr_t, size_t> ranges_;
 };
 
+// Tracing (setTracing): read by every launch and task, set rarely.
+std::atomic<TagHook> g_tag_hook{nullptr};
+std::atomic<TraceSink> g_trace_sink{nullptr};
+
+int64_t unixNowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
 struct EventState {
   std::mutex mu;
   std::condition_variable cv;
@@ -99,7 +108,7 @@ struct Stream {
   StreamId id = 0;
   std::mutex mu;
   std::condition_variable cv_work, cv_done;
-  struct Entry { std::string name; Task fn; };
+  struct Entry { std::string name; Task fn; uint64_t tag = 0; };
   // Entries [popped, enqueued) in order: [popped, completed) have run and wait
   // to be destroyed by the host (drain()), [started, enqueued) wait to run.
   // The host alone allocates and frees queue memory and what tasks captured
@@ -154,6 +163,8 @@ struct Stream {
       for (Entry* e : batch) {
         std::string err;
         bool failed = false;
+        TraceSink sink = g_trace_sink.load(std::memory_order_relaxed);
+        int64_t start_ns = sink ? unixNowNs() : 0;
         try {
           e->fn();
         } catch (const std::exception& ex) {
@@ -163,6 +174,7 @@ struct Stream {
           failed = true;
           err = "unknown exception";
         }
+        if (sink) sink(TaskRecord{device, id, &e->name, e->tag, start_ns, unixNowNs()});
         // What a task captured is released by the host (drain()), never here:
         // destructors may need locks the host holds while it waits for us
         // (e.g. the Python GIL when a tensor's last reference goes away).
@@ -200,11 +212,11 @@ struct Stream {
     };
     hookedWait(wait);
   }
-  uint64_t push(std::string name, Task fn, size_t depth) {
+  uint64_t push(std::string name, Task fn, size_t depth, uint64_t tag = 0) {
     if (depth) waitForRoom(depth);
     Trash trash;  // destroyed after the lock is released
     std::lock_guard<std::mutex> lk(mu);
-    queue.push_back({std::move(name), std::move(fn)});
+    queue.push_back({std::move(name), std::move(fn), tag});
     uint64_t seq = ++enqueued;
     enqueued_seen.store(seq, std::memory_order_release);
     cv_work.notify_one();
@@ -524,6 +536,11 @@ size_t launchQueueDepth() { return Runtime::get().queue_depth; }
 
 void setWaitHook(WaitHook hook) { g_wait_hook = hook; }
 
+void setTracing(TagHook tag, TraceSink sink) {
+  g_tag_hook.store(tag);
+  g_trace_sink.store(sink);
+}
+
 void launch(int device, StreamId stream, std::string name, Task task) {
   Stream& s = getStream(device, stream);
   {
@@ -533,7 +550,8 @@ void launch(int device, StreamId stream, std::string name, Task task) {
       return;
     }
   }
-  s.push(std::move(name), std::move(task), Runtime::get().queue_depth);
+  TagHook tag_hook = g_tag_hook.load(std::memory_order_relaxed);
+  s.push(std::move(name), std::move(task), Runtime::get().queue_depth, tag_hook ? tag_hook() : 0);
   if (Runtime::get().launch_blocking) s.synchronize();  // raise at the failing task
 }
 

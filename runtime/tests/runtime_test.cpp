@@ -3,7 +3,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <mutex>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "openmtia/runtime.h"
@@ -322,4 +324,42 @@ TEST(Memory, FormatsSizesAsCudasAllocatorDoes) {
   EXPECT_EQ(omr::formatBytes(1 << 20), "1024.00 KiB");
   EXPECT_EQ(omr::formatBytes(2255872), "2.15 MiB");
   EXPECT_EQ(omr::formatBytes(size_t(12) << 30), "12.00 GiB");
+}
+
+namespace {
+std::mutex g_records_mu;
+std::vector<std::tuple<std::string, uint64_t, int64_t, int64_t, int>> g_records;
+thread_local uint64_t g_current_tag = 0;
+}  // namespace
+
+TEST(Tracing, TasksReportStreamNameTagAndTimes) {
+  g_records.clear();
+  omr::setTracing([] { return g_current_tag; },
+                  [](const omr::TaskRecord& r) {
+                    std::lock_guard<std::mutex> lk(g_records_mu);
+                    g_records.emplace_back(*r.name, r.tag, r.start_ns, r.end_ns, r.stream);
+                  });
+  omr::StreamId s = omr::streamFromPool(0, 0);
+  g_current_tag = 7;
+  omr::launch(0, s, "first", [] { std::this_thread::sleep_for(2ms); });
+  g_current_tag = 8;
+  omr::launch(0, s, "second", [] {});
+  g_current_tag = 0;
+  omr::streamSynchronize(0, s);
+  omr::setTracing(nullptr, nullptr);
+  omr::launch(0, s, "untraced", [] {});
+  omr::streamSynchronize(0, s);
+  std::lock_guard<std::mutex> lk(g_records_mu);
+  ASSERT_EQ(g_records.size(), 2u);
+  EXPECT_EQ(std::get<0>(g_records[0]), "first");
+  EXPECT_EQ(std::get<1>(g_records[0]), 7u);
+  EXPECT_EQ(std::get<0>(g_records[1]), "second");
+  EXPECT_EQ(std::get<1>(g_records[1]), 8u);
+  EXPECT_EQ(std::get<4>(g_records[0]), s);
+  EXPECT_GE(std::get<3>(g_records[0]) - std::get<2>(g_records[0]), 2000000);  // ran 2 ms or more
+  EXPECT_LE(std::get<3>(g_records[0]), std::get<2>(g_records[1]));              // in order
+  auto now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                 std::chrono::system_clock::now().time_since_epoch()).count();
+  EXPECT_LE(std::get<3>(g_records[1]), now);
+  EXPECT_GT(std::get<2>(g_records[0]), now - int64_t(60) * 1000000000);  // Unix-epoch nanoseconds
 }

@@ -130,6 +130,24 @@ void deviceSynchronize(int device);  // all streams of the device
 // nothing and destroys no finished task (safe under the caller's locks).
 void deviceWaitIdle(int device);
 
+// ---------------------------------------------------------------- tracing
+// What a profiler sees of the device (like CUPTI's activity records): with a
+// sink set, every task reports its stream, name, start and end once it ran,
+// with the tag the tag hook returned on the thread that launched it (e.g. the
+// launching host op's correlation id). Times: nanoseconds since the Unix
+// epoch (the system clock). Off (both nullptr) by default: then tracing
+// costs one relaxed load per launch and per task.
+struct TaskRecord {
+  int device;
+  StreamId stream;
+  const std::string* name;
+  uint64_t tag;
+  int64_t start_ns, end_ns;
+};
+using TagHook = uint64_t (*)();
+using TraceSink = void (*)(const TaskRecord& record);  // called on the worker thread
+void setTracing(TagHook tag, TraceSink sink);
+
 // ---------------------------------------------------------------- graphs
 // While a stream is captured, tasks launched on it are recorded into a graph
 // instead of running; synchronizing or querying it, or recording an event on

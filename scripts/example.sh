@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Sets up (scripts/setup.sh) and runs the main job: train a small model on mtia
-# and check it matches the same run on CPU.
+# Sets up (scripts/setup.sh) and runs the main job: a small GPT trained on mtia
+# to add numbers, sampled, saved and reloaded; --check also runs a short
+# fixed-seed CPU twin and fails if the mtia losses differ.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-.venv/bin/python examples/train.py "$@"
+.venv/bin/python examples/gpt.py --check "$@"

@@ -75,15 +75,3 @@ def test_ddp_equals_one_process(variant):
 def test_fsdp2_dtensor_and_checkpoint(tmp_path):
     spawn(dist_workers.fsdp2, str(tmp_path / "ckpt"))
 
-
-def test_main_job_under_torchrun():
-    """`torchrun --nproc-per-node 2 examples/train.py`: DDP on mtia equals one CPU process."""
-    import subprocess
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                          os.path.join(root, "examples", "train.py"), "--epochs", "1"],
-                         capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    assert "DDP on mtia: 2 ranks, backend openmtia" in out.stdout, out.stdout
-    assert "OK: DDP on mtia matches one cpu process" in out.stdout, out.stdout
-    assert "Time stats are currently only collected" not in out.stderr  # DDP times mtia steps too

@@ -1,0 +1,70 @@
+"""The main job (examples/gpt.py): its execution modes against eager, and a short run end to end."""
+import argparse
+import importlib.util
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GPT = os.path.join(ROOT, "examples", "gpt.py")
+spec = importlib.util.spec_from_file_location("gpt_example", GPT)
+gpt = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(gpt)
+
+
+def losses(device, steps=12, **mode):
+    args = argparse.Namespace(batch_size=16, width=64, layers=2, lr=3e-3, bf16=False, compile=False, graphs=False,
+                              ddp=False)
+    for k, v in mode.items():
+        setattr(args, k, v)
+    _, out, _, _, extra = gpt.train(args, torch.device(device), steps, verbose=False)
+    return out, extra
+
+
+def test_eager_mtia_equals_cpu():
+    mtia, extra = losses("mtia")
+    cpu, _ = losses("cpu")
+    assert max(abs(a - b) for a, b in zip(mtia, cpu)) < 1e-4, (mtia, cpu)
+    assert extra["allocs"] == 0, f"the warm loop allocated device memory {extra['allocs']} times"
+
+
+def test_graph_replays_equal_eager():
+    eager, _ = losses("mtia")
+    graphs, extra = losses("mtia", graphs=True)
+    assert max(abs(a - b) for a, b in zip(eager, graphs)) < 1e-4, (eager, graphs)
+
+
+def test_compiled_equals_eager():
+    eager, _ = losses("mtia", steps=6)
+    compiled, _ = losses("mtia", steps=6, compile=True)
+    assert max(abs(a - b) for a, b in zip(eager, compiled)) < 1e-3, (eager, compiled)
+
+
+def test_bf16_autocast_trains():
+    bf16, _ = losses("mtia", bf16=True)
+    cpu, _ = losses("cpu", bf16=True)
+    assert bf16[-1] < bf16[0]
+    assert max(abs(a - b) for a, b in zip(bf16, cpu)) < 5e-2, (bf16, cpu)
+
+
+def test_short_run_end_to_end(tmp_path):
+    png = tmp_path / "loss.png"
+    out = subprocess.run([sys.executable, GPT, "--steps", "40", "--width", "64", "--layers", "2", "--check",
+                          "--png", str(png)], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    text = out.stdout
+    assert "held-out sums answered correctly" in text and "answers equal" in text and "OK" in text, text
+    assert "peak device memory" in text and "device allocations after warm-up 0" in text, text
+    assert png.exists() and png.stat().st_size > 1000
+
+
+def test_ddp_under_torchrun():
+    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                          GPT, "--steps", "10", "--width", "64", "--layers", "2"],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "DDP: 2 ranks, backend openmtia" in out.stdout and "answers equal" in out.stdout, out.stdout
+    assert "Time stats are currently only collected" not in out.stderr  # DDP times mtia steps too

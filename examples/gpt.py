@@ -216,7 +216,7 @@ def train(args, device, steps, verbose=True, seed=0):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="mtia")
-    p.add_argument("--steps", type=int, default=600)
+    p.add_argument("--steps", type=int, default=3000)
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--width", type=int, default=128)
     p.add_argument("--layers", type=int, default=3)

@@ -17,11 +17,18 @@ def test_device_tasks_are_device_events_with_stream_and_times(tmp_path):
         torch.mtia.synchronize()
     device_events = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.MTIA]
     names = {e.name for e in device_events}
-    assert any("mm" in n for n in names), names
+    assert "mtia:aten::mm" in names, names
     # device time is attributed to the host ops that launched the tasks
     table = {e.key: e for e in prof.key_averages()}
-    mm = table["aten::mm"]
-    assert mm.device_time_total > 0 and mm.self_device_time_total >= 0, (mm.device_time_total, mm)
+    mm, kernel = table["aten::mm"], table["mtia:aten::mm"]
+    assert mm.cpu_time_total > 0
+    assert kernel.self_device_time_total > 0 and kernel.cpu_time_total == 0
+    # each kernel is correlated with the host op that launched it
+    kineto = prof.profiler.kineto_results.events()
+    ops = {e.correlation_id(): e.name() for e in kineto if e.device_type() == torch.autograd.DeviceType.CPU}
+    kernels = [e for e in kineto if e.device_type() == torch.autograd.DeviceType.MTIA]
+    assert kernels and all(e.linked_correlation_id() > 0 for e in kernels)
+    assert {ops.get(e.linked_correlation_id()) for e in kernels if e.name() == "mtia:aten::mm"} == {"aten::mm"}
     assert "MTIA" in prof.key_averages().table(sort_by="device_time_total", row_limit=5)
 
     trace = tmp_path / "trace.json"

@@ -76,7 +76,10 @@ class Session final : public IActivityProfilerSession {
     buffer_ = std::make_unique<CpuTraceBuffer>();
     buffer_->span = TraceSpan(start, end, "openmtia");
     for (const Record& r : records_) {
-      auto act = std::make_unique<GenericTraceActivity>(buffer_->span, ActivityType::MTIA_CCP_EVENTS, r.name);
+      // "mtia:aten::mm": the kernel of the host op aten::mm (a distinct name,
+      // as a CUDA kernel's, so that tables list the op and its kernel apart)
+      auto act = std::make_unique<GenericTraceActivity>(buffer_->span, ActivityType::MTIA_CCP_EVENTS,
+                                                        "mtia:" + r.name);
       act->startTime = r.start_ns;
       act->endTime = r.end_ns;
       act->id = static_cast<int32_t>(++next_id_);

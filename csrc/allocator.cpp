@@ -52,8 +52,8 @@ struct Allocation {
 void reportToProfiler(c10::DeviceIndex device, void* ptr, int64_t delta) {
   if (!c10::memoryProfilingEnabled()) return;
   omr::CacheStats m = cacheOf(device).stats();
-  c10::reportMemoryUsageToProfiler(ptr, delta, static_cast<size_t>(m.allocated_bytes[0].current),
-                                   static_cast<size_t>(m.reserved_bytes[0].current), c10::Device(kMTIA, device));
+  c10::reportMemoryUsageToProfiler(ptr, delta, static_cast<size_t>(m.allocated_bytes[omr::kAggregatePool].current),
+                                   static_cast<size_t>(m.reserved_bytes[omr::kAggregatePool].current), c10::Device(kMTIA, device));
 }
 
 void freeAllocation(void* ctx) {

@@ -67,6 +67,15 @@ double premulFactor(const c10d::ReduceOp& op) {
   return (f.device().type() == kMTIA ? hostView(f) : f).item<double>();
 }
 
+// A PREMUL_SUM is run as a SUM of its inputs scaled by its factor: turns `op`
+// into SUM and returns the factor; nothing for the other ops.
+std::optional<double> premulToSum(c10d::ReduceOp& op) {
+  if (op.op_ != c10d::ReduceOp::PREMUL_SUM) return std::nullopt;
+  double f = premulFactor(op);
+  op = c10d::ReduceOp(c10d::ReduceOp::SUM);
+  return f;
+}
+
 class MtiaBackend final : public c10d::Backend {
  public:
   MtiaBackend(c10::intrusive_ptr<c10d::Backend> gloo, c10::intrusive_ptr<c10d::Backend> check, int rank, int size,
@@ -100,11 +109,8 @@ class MtiaBackend final : public c10d::Backend {
     auto gloo = gloo_;
     c10d::AllreduceOptions o = opts;
     return issue(OpType::ALLREDUCE, "all_reduce", tensors, tensors, sig, [gloo, views, o]() mutable {
-      if (o.reduceOp == c10d::ReduceOp::PREMUL_SUM) {
-        double f = premulFactor(o.reduceOp);
-        for (auto& v : views) v.mul_(f);
-        o.reduceOp = c10d::ReduceOp(c10d::ReduceOp::SUM);
-      }
+      if (auto f = premulToSum(o.reduceOp))
+        for (auto& v : views) v.mul_(*f);
       return gloo->allreduce(views, o);
     });
   }
@@ -132,25 +138,15 @@ class MtiaBackend final : public c10d::Backend {
       // (as with NCCL): Gloo's reduce uses it as scratch space, so a copy goes.
       if (!root)
         for (auto& v : views) v = v.clone();
-      if (o.reduceOp == c10d::ReduceOp::PREMUL_SUM) {
-        double f = premulFactor(o.reduceOp);
-        for (auto& v : views) v.mul_(f);
-        o.reduceOp = c10d::ReduceOp(c10d::ReduceOp::SUM);
-      }
+      if (auto f = premulToSum(o.reduceOp))
+        for (auto& v : views) v.mul_(*f);
       return gloo->reduce(views, o);
     });
   }
 
   WorkPtr allgather(std::vector<Tensors>& outputs, Tensors& inputs, const c10d::AllgatherOptions& opts) override {
     checkSame(inputs, "all_gather");
-    TORCH_CHECK(outputs.size() == inputs.size(), "openmtia: all_gather: expected ", inputs.size(),
-                " output lists, got ", outputs.size());
-    for (size_t i = 0; i < outputs.size(); ++i) {
-      TORCH_CHECK((int)outputs[i].size() == getSize(), "openmtia: all_gather: the output list has ", outputs[i].size(),
-                  " tensors; the group has ", getSize(), " ranks");
-      for (const auto& o : outputs[i]) checkLike(o, inputs[i], "all_gather");
-    }
-    checkDevices(flat(outputs), "all_gather", inputs[0].device());
+    checkRankLists(inputs, outputs, "all_gather", "output");
     Signature sig = signature(OpType::ALLGATHER, inputs);
     auto in = hostViews(inputs);
     auto out = hostViews(outputs);
@@ -216,14 +212,7 @@ class MtiaBackend final : public c10d::Backend {
   WorkPtr reduce_scatter(Tensors& outputs, std::vector<Tensors>& inputs,
                          const c10d::ReduceScatterOptions& opts) override {
     checkSame(outputs, "reduce_scatter");
-    TORCH_CHECK(inputs.size() == outputs.size(), "openmtia: reduce_scatter: expected ", outputs.size(),
-                " input lists, got ", inputs.size());
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      TORCH_CHECK((int)inputs[i].size() == getSize(), "openmtia: reduce_scatter: the input list has ",
-                  inputs[i].size(), " tensors; the group has ", getSize(), " ranks");
-      for (const auto& t : inputs[i]) checkLike(t, outputs[i], "reduce_scatter");
-    }
-    checkDevices(flat(inputs), "reduce_scatter", outputs[0].device());
+    checkRankLists(outputs, inputs, "reduce_scatter", "input");
     Signature sig = signature(OpType::REDUCE_SCATTER, outputs, -1, opts.reduceOp);
     auto in = hostViews(inputs);
     auto out = hostViews(outputs);
@@ -231,12 +220,9 @@ class MtiaBackend final : public c10d::Backend {
     c10d::ReduceScatterOptions o = opts;
     return issue(OpType::REDUCE_SCATTER, "reduce_scatter", concat(outputs, flat(inputs)), outputs, sig,
                  [gloo, in, out, o]() mutable {
-                   if (o.reduceOp == c10d::ReduceOp::PREMUL_SUM) {
-                     double f = premulFactor(o.reduceOp);
+                   if (auto f = premulToSum(o.reduceOp))
                      for (auto& l : in)
-                       for (auto& t : l) t = t * f;  // the inputs stay as they were
-                     o.reduceOp = c10d::ReduceOp(c10d::ReduceOp::SUM);
-                   }
+                       for (auto& t : l) t = t * *f;  // the inputs stay as they were
                    return gloo->reduce_scatter(out, in, o);
                  });
   }
@@ -254,10 +240,7 @@ class MtiaBackend final : public c10d::Backend {
     c10d::ReduceScatterOptions o = opts;
     return issue(OpType::_REDUCE_SCATTER_BASE, "reduce_scatter_tensor", {input, output}, {output}, sig,
                  [gloo, in, out, o]() mutable {
-                   if (o.reduceOp == c10d::ReduceOp::PREMUL_SUM) {
-                     in = in * premulFactor(o.reduceOp);
-                     o.reduceOp = c10d::ReduceOp(c10d::ReduceOp::SUM);
-                   }
+                   if (auto f = premulToSum(o.reduceOp)) in = in * *f;  // the input stays as it was
                    return gloo->_reduce_scatter_base(out, in, o);
                  });
   }
@@ -394,6 +377,19 @@ class MtiaBackend final : public c10d::Backend {
                 ref.sizes(), ")");
   }
 
+  // all_gather and reduce_scatter: per tensor of `mine`, a list of world-size
+  // tensors like it (`which`: the outputs, or the inputs), on its device.
+  void checkRankLists(const Tensors& mine, const std::vector<Tensors>& lists, const char* what, const char* which) {
+    TORCH_CHECK(lists.size() == mine.size(), "openmtia: ", what, ": expected ", mine.size(), " ", which,
+                " lists, got ", lists.size());
+    for (size_t i = 0; i < lists.size(); ++i) {
+      TORCH_CHECK((int)lists[i].size() == getSize(), "openmtia: ", what, ": the ", which, " list has ",
+                  lists[i].size(), " tensors; the group has ", getSize(), " ranks");
+      for (const auto& t : lists[i]) checkLike(t, mine[i], what);
+    }
+    checkDevices(flat(lists), what, mine[0].device());
+  }
+
   // Coalesced gathers and scatters: each of `whole` has world size times the
   // elements of its partner in `part`, and the same dtype.
   void checkWorldSized(const Tensors& whole, const Tensors& part, const char* what) {
@@ -504,7 +500,8 @@ class MtiaBackend final : public c10d::Backend {
   WorkPtr issue(OpType type, const char* name, const Tensors& tensors, Tensors outputs,
                 std::optional<Signature> sig, std::function<WorkPtr()> run, bool host_wait = false,
                 Lane lane = Lane::kCollective) {
-    int dev = tensors.empty() ? -1 : checkDevices(tensors, name);
+    // The op checked its tensors (one device, mtia or CPU) and bound the rank's device.
+    int dev = tensors.empty() || tensors[0].is_cpu() ? -1 : tensors[0].device().index();
     if (device_ < 0) bindDevice(boundIndex(currentDevice()));
     int exec = device_;
     omr::StreamId stream = lane == Lane::kSend ? send_stream_ : lane == Lane::kRecv ? recv_stream_ : comm_stream_;

@@ -13,6 +13,8 @@ import time
 
 import torch
 
+import host_memory  # bench/host_memory.py
+
 
 def run_once(fn, sync, inner):
     t0 = time.perf_counter()
@@ -102,6 +104,21 @@ transformer = train_step(
         enable_nested_tensor=False),
     lambda d: (torch.randn(8, 128, 256, device=d), torch.randn(8, 128, 256, device=d)))
 
+def new_shapes(device):
+    """matmul + gelu over 300 shapes never seen before (each call new ones):
+    every call is a signature's first call (issue 18's point 2)."""
+    seen = [0]
+
+    def f():
+        base = seen[0]
+        seen[0] += 300
+        for i in range(300):
+            a = torch.randn(16 + base + i, 64, device=device)
+            b = torch.randn(64, 48, device=device)
+            torch.nn.functional.gelu(a @ b)
+    return f
+
+
 CASES = [
     # name, factory, kind, inner iterations, target
     ("add, 1 element (latency per op)", tiny_add, "latency", 2000, 1.5),
@@ -110,6 +127,7 @@ CASES = [
     ("matmul 1024^3 float32 (throughput)", matmul, "throughput", 3, 0.9),
     ("4-layer MLP train step, AdamW", mlp, "throughput", 3, 0.9),
     ("transformer 4x256, seq 128, batch 8, train step", transformer, "throughput", 1, 0.9),
+    ("matmul + gelu, 300 never-seen shapes", new_shapes, "throughput", 1, 0.9),
 ]
 
 
@@ -117,6 +135,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--quick", action="store_true", help="fewer repeats (smoke run)")
+    p.add_argument("--no-memory", action="store_true", help="skip the host memory table")
     p.add_argument("--png", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "bench.png"),
                    help="where the bar chart goes ('' for none)")
     args = p.parse_args()
@@ -137,20 +156,49 @@ def main():
         unit = (lambda t: f"{t * 1e6:8.1f}us") if t_cpu < 1e-3 else (lambda t: f"{t * 1e3:8.2f}ms")
         print(f"| {name:50} | {unit(t_cpu):>10} | {unit(t_mtia):>10} | {ratio:6.2f} | {fmt:6} | {'yes' if ok else 'NO':3} |")
         rows.append((name, t_cpu, t_mtia, ok))
+    mem_rows = []
+    if not args.no_memory:
+        print("\nhost memory: RSS growth of each workload in a fresh process (bench/host_memory.py); "
+              "target: mtia <= 2 x CPU + 64 MiB\n")
+        print(f"| {'workload':20} | {'cpu MiB':>8} | {'mtia MiB':>8} | {'bound':>8} | met |")
+        print(f"|{'-' * 22}|{'-' * 10}|{'-' * 10}|{'-' * 10}|-----|")
+        for name in host_memory.WORKLOADS:
+            cpu, mtia = host_memory.in_subprocess(name, "cpu"), host_memory.in_subprocess(name, "mtia")
+            ok = mtia <= host_memory.bound(cpu)
+            print(f"| {name:20} | {cpu:8.1f} | {mtia:8.1f} | {host_memory.bound(cpu):8.1f} | {'yes' if ok else 'NO':3} |")
+            mem_rows.append((name, cpu, mtia, ok))
     if args.png:
-        write_chart(rows, args.png, repeats)
+        write_chart(rows, mem_rows, args.png, repeats)
         print(f"\nchart: {args.png}")
 
 
-def write_chart(rows, path, repeats):
-    """The table as a bar chart: per case, mtia's time next to CPU's (CPU = 1)."""
+def write_chart(rows, mem_rows, path, repeats):
+    """The tables as bar charts: per case, mtia's time next to CPU's (CPU = 1);
+    per workload, the host RSS growth of both."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     names = [r[0] for r in rows]
     rel = [r[2] / r[1] for r in rows]
-    fig, ax = plt.subplots(figsize=(9, 0.6 * len(rows) + 1.6))
+    if mem_rows:
+        fig, (ax, mx) = plt.subplots(2, 1, figsize=(9, 0.6 * (len(rows) + len(mem_rows)) + 3.2),
+                                     gridspec_kw={"height_ratios": [len(rows), len(mem_rows)]})
+        my = range(len(mem_rows))
+        mx.barh([i + 0.2 for i in my], [r[1] for r in mem_rows], height=0.4, color="#9e9e9e", label="cpu")
+        mx.barh([i - 0.2 for i in my], [r[2] for r in mem_rows], height=0.4,
+                color=["#2e7d32" if r[3] else "#c62828" for r in mem_rows],
+                label="mtia (green: within 2 x cpu + 64 MiB)")
+        for i, r in enumerate(mem_rows):
+            mx.text(r[2] + 2, i - 0.2, f"{r[2]:.0f} MiB vs {r[1]:.0f} MiB", va="center", fontsize=8)
+        mx.set_yticks(list(my))
+        mx.set_yticklabels([r[0] for r in mem_rows], fontsize=8)
+        mx.invert_yaxis()
+        mx.set_xlabel("host RSS growth (MiB), each workload in a fresh process")
+        mx.set_xlim(0, max(max(r[1], r[2]) for r in mem_rows) * 1.45)
+        mx.legend(loc="lower right", fontsize=8)
+    else:
+        fig, ax = plt.subplots(figsize=(9, 0.6 * len(rows) + 1.6))
     y = range(len(rows))
     ax.barh([i + 0.2 for i in y], [1.0] * len(rows), height=0.4, color="#9e9e9e", label="cpu (= 1)")
     ax.barh([i - 0.2 for i in y], rel, height=0.4, color=["#2e7d32" if r[3] else "#c62828" for r in rows],

@@ -2,11 +2,12 @@
 //
 // openmtia device memory is host-addressable, so the fallback runs the CPU
 // kernel on CPU views of the very same memory (no staging copies). It runs
-// asynchronously where it can (see AsyncCall below): the outputs' metadata
-// comes from the op's Meta kernel, the outputs are allocated on the device,
-// and the CPU kernel is enqueued as a task on the current stream. Otherwise
-// (scalar results, data-dependent shapes, ops without a meta kernel) it runs
-// synchronously (HostCall):
+// asynchronously where it can (see AsyncCall below): a call signature's
+// first call runs synchronously and what the CPU kernel did becomes the
+// signature's plan (plan_cache.h); later calls allocate their outputs on the
+// device as planned and enqueue the CPU kernel as a task on the current
+// stream. Otherwise (scalar results, data-dependent shapes, value checks at
+// the call, Python CPU kernels) it runs synchronously (HostCall):
 //  - it waits for the current stream of the op's device (the host reads and
 //    writes device memory directly, so it must be ordered after queued work);
 //  - each mtia tensor argument becomes a CPU tensor over the same bytes, one
@@ -42,6 +43,7 @@
 #include <unordered_set>
 
 #include "common.h"
+#include "plan_cache.h"
 
 namespace openmtia {
 namespace {
@@ -229,10 +231,14 @@ class HostCall {
     }
     TORCH_CHECK(h.numel() == 0 || h.data_ptr() != nullptr, "openmtia: op ", op_.schema().name(),
                 " returned a tensor without memory, which the fallback cannot move to mtia");
-    at::Tensor src = h.resolve_conj().resolve_neg();
+    // the result as the kernel gave it: its layout, and its conj and neg
+    // bits over the same bytes (linalg kernels return conjugate views)
+    const at::Tensor& src = h;
     auto opts = src.options().device(kMTIA, device_);
     bool dense = src.is_non_overlapping_and_dense();
     at::Tensor out = dense ? at::empty_strided(src.sizes(), src.strides(), opts) : at::empty(src.sizes(), opts);
+    out._set_conj(src.is_conj());
+    out._set_neg(src.is_neg());
     if (out.numel() == 0) return out;
     // the host writes it now: a reused block may still be in use by queued work
     if (!waited_) {
@@ -277,22 +283,80 @@ bool isTensorType(const c10::TypePtr& t) {
 }
 
 // Ops whose output shape depends on the data: the host must wait for it.
-bool isDataDependent(const c10::OperatorName& name) {
+// Those torch tags dynamic_output_shape (but aten::index: see
+// dataDependentCall), and these.
+bool isDataDependent(const c10::OperatorHandle& op) {
   static const std::unordered_set<std::string> ops = {
       "aten::nonzero", "aten::unique", "aten::_unique", "aten::_unique2", "aten::unique_dim",
       "aten::unique_consecutive", "aten::unique_dim_consecutive", "aten::masked_select", "aten::bincount",
-      "aten::repeat_interleave", "aten::histc", "aten::nonzero_numpy", "aten::argwhere"};
+      "aten::repeat_interleave", "aten::histc", "aten::nonzero_numpy", "aten::argwhere",
+      "aten::_pack_padded_sequence"};
+  const std::string& name = op.schema().name();
+  return ops.count(name) > 0 || (name != "aten::index" && op.hasTag(at::Tag::dynamic_output_shape));
+}
+
+// Ops whose kernels check their inputs' values on the host and raise at the
+// call, on CPU as on CUDA (whose kernels wait for the device to do it, or run
+// on the host): they run synchronously, so they raise at the call on mtia too.
+bool checksValues(const c10::OperatorName& name) {
+  static const std::unordered_set<std::string> ops = {
+      "aten::_linalg_check_errors", "aten::linalg_eig", "aten::_linalg_eigvals", "aten::linalg_eigvals"};
   return ops.count(name.name) > 0;
+}
+
+// Whether a call takes integer index tensors (index, indices, target, ...)
+// on the device: the values a kernel checks there are device data.
+bool takesIndexValues(const c10::OperatorHandle& op, const std::vector<c10::IValue>& args) {
+  static const std::unordered_set<std::string> names = {"index", "indices", "target", "idx", "offsets"};
+  const auto& schema = op.schema().arguments();
+  bool found = false;
+  for (size_t i = 0; i < schema.size() && i < args.size() && !found; ++i) {
+    if (!names.count(schema[i].name())) continue;
+    forEachTensor(args[i], [&](const at::Tensor& t) {
+      found = found || (t.defined() && t.device().type() == kMTIA &&
+                        c10::isIntegralType(t.scalar_type(), /*includeBool=*/false));
+    });
+  }
+  return found;
+}
+
+// Calls that must run synchronously for their arguments: with
+// check_errors=True (linalg's *_ex ops raise at the call for a failed
+// factorization, on CPU as on CUDA), and indexing with a boolean mask (its
+// result's shape is the mask's count).
+bool dataDependentCall(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
+  const auto& args = op.schema().arguments();
+  const size_t first = stack.size() - args.size();
+  const bool index = op.schema().name() == "aten::index";
+  for (size_t i = 0; i < args.size(); ++i) {
+    const c10::IValue& v = stack[first + i];
+    if (args[i].name() == "check_errors" && v.isBool() && v.toBool()) return true;
+    if (index && v.isOptionalTensorList())
+      for (const std::optional<at::Tensor>& t : v.toOptionalTensorList())
+        if (t && t->defined() && (t->scalar_type() == at::kBool || t->scalar_type() == at::kByte)) return true;
+  }
+  return false;
 }
 
 // Whether the op's CPU kernel is written in Python (torch.library): the
 // dispatcher records where each kernel was registered.
-bool hasPythonCpuKernel(const c10::OperatorHandle& op) {
+bool hasPythonKernel(const c10::OperatorHandle& op, const std::string& key) {
   std::string table = op.dumpComputedTable();
-  size_t at = table.rfind("CPU: ", 0) == 0 ? 0 : table.find("\nCPU: ");
+  size_t at = table.rfind(key + ": ", 0) == 0 ? 0 : table.find("\n" + key + ": ");
   if (at == std::string::npos) return false;
   std::string line = table.substr(at, table.find('\n', at + 1) - at);
   return line.find(".py:") != std::string::npos;
+}
+
+bool hasPythonCpuKernel(const c10::OperatorHandle& op) { return hasPythonKernel(op, "CPU"); }
+
+// Whether the op's Meta kernel is a Python function (torch._meta_registrations):
+// its warnings go to Python's warnings module, not c10's handler.
+bool hasPythonMetaKernel(const c10::OperatorHandle& op) {
+  thread_local std::unordered_map<const void*, bool> cache;  // per thread: no lock
+  auto it = cache.find(&op.schema());
+  if (it != cache.end()) return it->second;
+  return cache[&op.schema()] = hasPythonKernel(op, "Meta");
 }
 
 enum class Mode { kSync, kAsync, kView };
@@ -311,7 +375,7 @@ Mode modeOf(const c10::OperatorHandle& op) {
     for (const auto& r : schema.returns())
       if (r.alias_info() && !r.alias_info()->isWrite()) mode = Mode::kView;  // computes nothing
   }
-  if (isDataDependent(schema.operator_name())) mode = Mode::kSync;
+  if (isDataDependent(op) || checksValues(schema.operator_name())) mode = Mode::kSync;
   if (hasPythonCpuKernel(op)) mode = Mode::kSync;  // it needs the GIL: it runs on the calling thread
   cache.emplace(&schema, mode);
   return mode;
@@ -321,37 +385,6 @@ c10::Storage metaStorage(const c10::Storage& s) {
   return c10::Storage(c10::Storage::use_byte_size_t(), s.nbytes(), c10::DataPtr(nullptr, c10::Device(c10::kMeta)),
                       c10::GetAllocator(c10::kMeta), /*resizable=*/true);
 }
-
-// What the Meta kernel said about one call signature: which outputs are
-// inputs (in-place, out=), the metadata of fresh outputs, and the inputs it
-// resized. Outputs' metadata depend only on the inputs' metadata and the
-// non-tensor arguments, so plans are cached by those: the Meta kernel (often
-// a Python function in torch._meta_registrations) runs once per signature.
-// A new plan is checked against the CPU kernel (AsyncCall::dryRun, or the
-// signature's first call run synchronously): the plan keeps the CPU kernel's
-// result dtypes and strides, a signature whose Meta kernel disagrees with the
-// CPU kernel stays synchronous, and the kernel's argument checks and warnings
-// happen at the call. (A structured op too large for a dry run uses its meta
-// plan at once: its meta function is its CPU kernel's.)
-struct Plan {
-  bool async = false;
-  struct Meta {
-    std::vector<int64_t> sizes, strides;
-    int64_t offset = 0;
-    at::ScalarType dtype = at::kFloat;
-  };
-  struct Out {
-    int input = -1;  // index into the flat list of tensor arguments, or -1: fresh
-    Meta meta;
-  };
-  std::vector<std::vector<Out>> returns;  // per return: one, or the list's elements
-  std::vector<bool> is_list;
-  std::vector<std::pair<int, Meta>> resized;  // inputs whose metadata the op changes
-  bool fresh = false;  // every result is a new tensor (no input, no list)
-  // The op's out= overload, when every result is fresh: the task then writes
-  // straight into the device outputs (no host result to copy).
-  std::optional<c10::OperatorHandle> out_op;
-};
 
 // The structured out= kernel of a functional op (see
 // tools/gen_structured_ops.py), if its schema is the op's arguments followed by
@@ -381,156 +414,6 @@ std::optional<c10::OperatorHandle> outOverload(const c10::OperatorHandle& op) {
   return h;
 }
 
-// Whether op is a structured op (functional, in-place or out=): its shapes,
-// dtypes and strides come from the meta function its CPU kernel runs too, so
-// its plans need no verification.
-bool isStructured(const c10::OperatorHandle& op) {
-  static const std::unordered_set<std::string> names = [] {
-    std::unordered_set<std::string> n;
-    for (const auto& e : kStructuredOps) {
-      std::string base(e.name);
-      n.insert(base + "." + e.overload);
-      while (!base.empty() && base.back() == '_') base.pop_back();
-      n.insert(base + "." + e.out_overload);
-    }
-    return n;
-  }();
-  return names.count(op.schema().name() + "." + op.schema().overload_name()) > 0;
-}
-
-Plan::Meta metaOf(const at::Tensor& t) {
-  return {t.sizes().vec(), t.strides().vec(), t.storage_offset(), t.scalar_type()};
-}
-
-bool sameMeta(const at::Tensor& t, const Plan::Meta& m) {
-  return t.sizes().equals(m.sizes) && t.strides().equals(m.strides) && t.storage_offset() == m.offset;
-}
-
-// The cache key of a call: the op, the tensors' metadata, the other arguments.
-class KeyBuilder {
- public:
-  KeyBuilder() { key_.reserve(256); }
-  bool add(const c10::IValue& v) {
-    if (v.isTensor()) return tensor(v.toTensor());
-    if (v.isTensorList()) {
-      auto l = v.toTensorList();
-      put('L', l.size());
-      for (const at::Tensor& t : l) tensor(t);
-      return true;
-    }
-    if (v.isOptionalTensorList()) {
-      auto l = v.toOptionalTensorList();
-      put('O', l.size());
-      for (const std::optional<at::Tensor>& t : l) {
-        if (t.has_value()) tensor(*t);
-        else put('n', 0);
-      }
-      return true;
-    }
-    if (v.isNone()) return put('N', 0);
-    if (v.isGenerator()) return put('g', 0);  // plans do not depend on it
-    if (v.isBool()) return put('b', v.toBool());
-    if (v.isInt()) return put('i', v.toInt());
-    if (v.isDouble()) return putBytes('d', v.toDouble());
-    if (v.isIntList()) {
-      auto l = v.toIntList();
-      put('I', l.size());
-      for (int64_t x : l) put('i', x);
-      return true;
-    }
-    if (v.isDoubleList()) {
-      auto l = v.toDoubleList();
-      put('D', l.size());
-      for (double x : l) putBytes('d', x);
-      return true;
-    }
-    if (v.isBoolList()) {
-      auto l = v.toBoolList();
-      put('B', l.size());
-      for (bool x : l) put('b', x);
-      return true;
-    }
-    if (v.isDevice()) return put('v', static_cast<int64_t>(v.toDevice().type()) * 1000 + v.toDevice().index());
-    if (v.isString()) {
-      put('s', v.toStringRef().size());
-      key_.append(v.toStringRef());
-      return true;
-    }
-    if (v.isScalar()) {  // int, double, complex or bool IValue handled above; SymInt etc. are not cached
-      return false;
-    }
-    return false;  // anything else: no cache
-  }
-  std::string take() { return std::move(key_); }
-
- private:
-  bool tensor(const at::Tensor& t) {
-    if (!t.defined()) return put('u', 0);
-    put('t', static_cast<int64_t>(t.device().type()) * 1000 + t.device().index());
-    put('a', storageIndex(t));
-    put('y', static_cast<int64_t>(t.scalar_type()) | (t.is_conj() << 8) | (t.is_neg() << 9) |
-                 (static_cast<int64_t>(t.layout()) << 10));
-    put('o', t.storage_offset());
-    put('r', t.dim());
-    for (int64_t d = 0; d < t.dim(); ++d) {
-      put('z', t.size(d));
-      put('x', t.stride(d));
-    }
-    return true;
-  }
-  // Which earlier tensor argument's storage t shares (aliasing decides memory
-  // overlap checks), by order of first appearance.
-  int64_t storageIndex(const at::Tensor& t) {
-    const void* s = t.has_storage() ? t.storage().unsafeGetStorageImpl() : nullptr;
-    if (!s) return -1;
-    if (storages_.size() < 32) {
-      auto it = std::find(storages_.begin(), storages_.end(), s);
-      if (it != storages_.end()) return it - storages_.begin();
-    } else {
-      if (index_.empty())
-        for (size_t i = 0; i < storages_.size(); ++i) index_.emplace(storages_[i], i);
-      auto it = index_.find(s);
-      if (it != index_.end()) return static_cast<int64_t>(it->second);
-      index_.emplace(s, storages_.size());
-    }
-    storages_.push_back(s);
-    return static_cast<int64_t>(storages_.size()) - 1;
-  }
-  bool put(char tag, int64_t v) { return putBytes(tag, v); }
-  template <typename T>
-  bool putBytes(char tag, const T& v) {
-    key_.push_back(tag);
-    key_.append(reinterpret_cast<const char*>(&v), sizeof(T));
-    return true;
-  }
-  std::string key_;
-  std::vector<const void*> storages_;
-  std::unordered_map<const void*, size_t> index_;  // storages_, once it is long
-};
-
-class PlanCache {
- public:
-  std::shared_ptr<const Plan> get(const std::string& key) {
-    std::lock_guard<std::mutex> lk(mu_);
-    auto it = plans_.find(key);
-    return it == plans_.end() ? nullptr : it->second;
-  }
-  void put(std::string key, std::shared_ptr<const Plan> plan) {
-    std::lock_guard<std::mutex> lk(mu_);
-    if (plans_.size() > 100000) plans_.clear();  // bounded; a cold entry is only a Meta call
-    plans_.emplace(std::move(key), std::move(plan));
-  }
-
- private:
-  std::mutex mu_;
-  std::unordered_map<std::string, std::shared_ptr<const Plan>> plans_;
-};
-
-PlanCache& planCache() {
-  static PlanCache* cache = new PlanCache();
-  return *cache;
-}
-
 std::atomic<int64_t>& stagedResults() {
   static std::atomic<int64_t> n{0};
   return n;
@@ -554,6 +437,34 @@ int64_t globalState() {
          int64_t(ctx.deterministicAlgorithms()) << 8 | int64_t(ctx.deterministicAlgorithmsWarnOnly()) << 9 |
          int64_t(c10::GradMode::is_enabled()) << 10 | int64_t(c10::InferenceMode::is_enabled()) << 11;
 }
+
+// Sets what follows from a plan's outputs: whether all are fresh, and then
+// the out= overload its task may call (not for results with a conj or neg
+// bit: an out= kernel would set the bit on the host view, not on the output).
+void finish(Plan& plan, const c10::OperatorHandle& op) {
+  plan.fresh = !plan.returns.empty();
+  bool bits = false;
+  for (size_t i = 0; i < plan.returns.size(); ++i)
+    for (const auto& o : plan.returns[i]) {
+      plan.fresh = plan.fresh && o.input < 0 && !plan.is_list[i];
+      bits = bits || o.meta.conj || o.meta.neg;
+    }
+  plan.out_op.reset();
+  if (plan.fresh && plan.resized.empty() && !bits) plan.out_op = outOverload(op);
+}
+
+// Counts warnings, passing them on to the thread's handler (Python's, at a
+// Python call) if `forward`.
+struct CountingWarningHandler final : public c10::WarningHandler {
+  explicit CountingWarningHandler(bool forward) : forward(forward) {}
+  c10::WarningHandler* next = c10::WarningUtils::get_warning_handler();
+  bool forward;
+  int count = 0;
+  void process(const c10::Warning& warning) override {
+    ++count;
+    if (forward) next->process(warning);
+  }
+};
 
 // Works out a plan by running the Meta kernel on meta twins of the arguments.
 class Planner {
@@ -588,13 +499,20 @@ class Planner {
     for (auto& v : meta) {
       if (!toMeta(v)) return fail(plan, "an argument has no meta twin");
     }
+    CountingWarningHandler warnings(/*forward=*/false);  // the CPU kernel gives the call's warnings
     try {
-      op_.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta);
+      c10::WarningUtils::WarningHandlerGuard guard(&warnings);
+      auto run = [&] { op_.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta); };
+      if (hasPythonMetaKernel(op_)) warnings.count += withPythonWarningsRecorded(run);
+      else run();
     } catch (const std::exception& e) {
       if (isInterrupt(e)) throw;  // Ctrl-C during a Python meta kernel
       // no meta kernel, or invalid input: the synchronous path decides
       return fail(plan, std::string("meta kernel failed: ") + e.what());
     }
+    // A signature that warns runs the CPU kernel synchronously at every call:
+    // its warnings come once per call, at the call, as on CPU.
+    if (warnings.count > 0) return fail(plan, "it warns (every call gives the CPU kernel's warnings)");
     for (auto& v : meta) {
       plan->is_list.push_back(v.isTensorList());
       std::vector<Plan::Out> outs;
@@ -610,13 +528,13 @@ class Planner {
     }
     for (size_t k = 0; k < flat_meta_.size(); ++k) {
       const at::Tensor& m = flat_meta_[k];
-      if (m.defined() && m.device().type() == c10::kMeta && !sameMeta(m, original_[k]))
-        plan->resized.emplace_back(static_cast<int>(k), metaOf(m));
+      if (m.defined() && m.device().type() == c10::kMeta && !sameMeta(m, original_[k])) {
+        Plan::Meta r = metaOf(m);
+        r.offset -= original_[k].offset;  // the plan serves views at any offset
+        plan->resized.emplace_back(static_cast<int>(k), std::move(r));
+      }
     }
-    plan->fresh = !plan->returns.empty();
-    for (size_t i = 0; i < plan->returns.size(); ++i)
-      for (const auto& o : plan->returns[i]) plan->fresh = plan->fresh && o.input < 0 && !plan->is_list[i];
-    if (plan->fresh && plan->resized.empty()) plan->out_op = outOverload(op_);
+    finish(*plan, op_);
     plan->async = true;
     return plan;
   }
@@ -632,7 +550,7 @@ class Planner {
     }
     if (m.device().type() != c10::kMeta || m.layout() != c10::kStrided) return false;
     if (meta_storages_.count(m.storage().unsafeGetStorageImpl())) return false;  // a view: not expected here
-    if (!m.is_non_overlapping_and_dense() || m.is_conj() || m.is_neg()) return false;
+    if (!m.is_non_overlapping_and_dense()) return false;
     o.meta = metaOf(m);
     outs.push_back(o);
     return true;
@@ -713,7 +631,7 @@ class AsyncCall {
   enum class Result {
     kDone,    // enqueued
     kSync,    // must run synchronously (nothing was changed)
-    kVerify,  // a new plan that dryRun() could not check: run synchronously, then verify()
+    kLearn,   // a new signature: run it synchronously, then learn()
   };
 
   Result run() {
@@ -724,43 +642,38 @@ class AsyncCall {
     args.reserve(nargs + schema.returns().size() + 2);  // room for out= outputs and the kernel's results
     args.assign(stack_->begin() + first, stack_->end());
 
-    KeyBuilder kb;
-    kb.add(c10::IValue(static_cast<int64_t>(reinterpret_cast<intptr_t>(&schema))));
-    kb.add(c10::IValue(globalState()));
-    bool cacheable = true;
-    for (const auto& v : args) cacheable = cacheable && kb.add(v);
-    if (!cacheable) return Result::kSync;  // an unverifiable signature
-    key_ = kb.take();
-    std::shared_ptr<const Plan> plan = planCache().get(key_);
+    std::shared_ptr<const Plan> plan = failing_plan_;
     if (!plan) {
-      new_plan_ = Planner(op_).plan(args);
-      if (!new_plan_->async) {
-        planCache().put(key_, new_plan_);
-        return Result::kSync;
+      KeyBuilder kb(op_);
+      kb.addState(globalState());
+      bool cacheable = true;
+      for (size_t i = 0; i < nargs && cacheable; ++i) cacheable = kb.add(args[i], schema.arguments()[i].type());
+      if (!cacheable) return Result::kSync;  // a signature that cannot be keyed
+      key_ = kb.key();
+      plan = planCache().get(key_);
+    }
+    if (!plan) {
+      // A new signature. Its first call runs synchronously on the real data:
+      // the CPU kernel makes its argument checks and gives its warnings at the
+      // call, computes the result once, with no host copy of the arguments,
+      // and shows what the op does (which results are inputs, the dtypes,
+      // strides and conj/neg bits of new ones, which inputs it resizes):
+      // learn() makes that the signature's plan.
+      if (!isCapturing(device_)) {
+        flat_args_ = flatTensors(args);
+        for (const auto& t : flat_args_) before_.push_back(t.defined() ? metaOf(t) : Plan::Meta{});
+        return Result::kLearn;
       }
-      // A dry run of the CPU kernel on the host makes its own argument checks
-      // (dtype support, memory overlap, index bounds of empty inputs, ...)
-      // and warnings happen at the call: a call they reject runs synchronously
-      // now and raises. Once per signature (the key holds all they depend on
-      // but device data).
-      flat_args_ = flatTensors(args);
-      for (const auto& t : flat_args_) before_.push_back(t.defined() ? metaOf(t) : Plan::Meta{});
-      bool skipped = false;
-      plan = dryRun(args, &skipped);
-      if (!plan) {
-        // a structured op's meta function is its CPU kernel's: without a dry
-        // run (large arguments), its plan stands
-        if (!skipped || !isStructured(op_)) return Result::kVerify;  // checked by running this call synchronously
-        planCache().put(key_, new_plan_);
-        plan = new_plan_;
-      }
+      // Nothing waits during a capture: this call takes the Meta kernel's
+      // plan (its task checks the kernel's results against it).
+      plan = Planner(op_).plan(args);
     }
     if (!plan->async) return Result::kSync;
 
     std::vector<at::Tensor> flat = flatTensors(args);
     for (const auto& [k, m] : plan->resized) {  // out= tensors the op resizes
       const at::Tensor& d = flat[k];
-      d.unsafeGetTensorImpl()->set_sizes_and_strides(m.sizes, m.strides, m.offset);
+      d.unsafeGetTensorImpl()->set_sizes_and_strides(m.sizes, m.strides, d.storage_offset() + m.offset);
       ensureStorageFits(d);
     }
     std::vector<c10::IValue> results;
@@ -769,6 +682,8 @@ class AsyncCall {
       if (o.input >= 0) return flat[o.input];
       at::Tensor d = at::detail::empty_strided_generic(o.meta.sizes, o.meta.strides, deviceAllocator(),
                                                        c10::DispatchKeySet(c10::DispatchKey::MTIA), o.meta.dtype);
+      d._set_conj(o.meta.conj);  // as the CPU kernel gives it (e.g. a conjugate view)
+      d._set_neg(o.meta.neg);
       outs.emplace_back(slot, hostView(d));
       return d;
     };
@@ -795,20 +710,30 @@ class AsyncCall {
     for (auto& [slot, out] : outs) work += out.numel();
     std::shared_ptr<PrebuiltKernel> prebuilt;
     if (draws.empty() && isCapturing(device_)) prebuilt = prebuild(*plan, flat, args, outs);
-    if (prebuilt) {  // a graph replay runs only the CPU loop
+    if (failing_plan_) {  // the kernel's error, raised by the task as a device error
+      launchOnCurrentStream(device_, schema.name().c_str(), [message = failure_] { throw std::runtime_error(message); });
+    } else if (prebuilt) {  // a graph replay runs only the CPU loop
       launchOnCurrentStream(device_, schema.name().c_str(), [prebuilt, work] {
         useKernelThreads(work);
         prebuilt->run();
       });
     } else if (plan->out_op) {  // the kernel writes into the device outputs themselves
-      for (auto& [slot, out] : outs) args.emplace_back(out);
+      std::vector<Plan::Meta> expected;
+      for (auto& [slot, out] : outs) {
+        args.emplace_back(out);
+        expected.push_back(metaOf(out));
+      }
       launchOnCurrentStream(device_, schema.name().c_str(),
-                            [op = *plan->out_op, host = std::move(args), draws = std::move(draws), work]() {
+                            [op = *plan->out_op, host = std::move(args), draws = std::move(draws), work,
+                             expected = std::move(expected)]() {
                               std::vector<c10::IValue>& stack = callStack(host, draws);
                               useKernelThreads(work);
-                              at::AutoDispatchBelowADInplaceOrView below_autograd;
-                              op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &stack);
+                              {
+                                at::AutoDispatchBelowADInplaceOrView below_autograd;
+                                op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &stack);
+                              }
                               stack.clear();  // the task still holds what it references
+                              checkOutputsKept(op, host, expected);
                             });
     } else {
       auto op = op_;
@@ -837,95 +762,36 @@ class AsyncCall {
 
   // After the first call of a signature ran synchronously: checks the plan
   // against what the CPU kernel did and caches it (see checked()).
-  void verify() {
-    size_t nrets = new_plan_->returns.size();
-    std::shared_ptr<Plan> plan;
-    if (stack_->size() >= nrets)
-      plan = checked(*new_plan_, &*(stack_->end() - nrets), flat_args_, before_, kMTIA);
-    cacheChecked(std::move(plan));
+  // A first call whose kernel raised `message` over the values of its index
+  // arguments (device data): the call returns outputs shaped by the Meta
+  // kernel, and its task raises the error at the next sync, as later calls'
+  // tasks would. false if the Meta kernel rejects the arguments too (the
+  // error is about them: it raises at the call).
+  bool deferFailure(std::string message) {
+    std::vector<c10::IValue> args(stack_->end() - op_.schema().arguments().size(), stack_->end());
+    if (!acceptsZeros(args)) return false;
+    auto plan = Planner(op_).plan(args);
+    if (!plan->async) return false;
+    failing_plan_ = plan;
+    failure_ = std::move(message);
+    return run() == Result::kDone;
   }
 
- private:
-  // The Meta kernel's plan, checked against what the CPU kernel did with the
-  // tensors `flat` (which had the metadata `before`): results that are inputs
-  // must be those inputs, new results must have the planned shapes (the plan
-  // takes their dtypes and strides from the CPU kernel: they can differ, e.g.
-  // bfloat16 native_layer_norm's statistics are float32 on CPU), and inputs
-  // must be resized exactly as planned. nullptr if the kernel disagrees.
-  static std::shared_ptr<Plan> checked(const Plan& base, const c10::IValue* rets, const std::vector<at::Tensor>& flat,
-                                       const std::vector<Plan::Meta>& before, c10::DeviceType device) {
-    auto plan = std::make_shared<Plan>(base);
-    for (size_t i = 0; i < plan->returns.size(); ++i) {
-      const c10::IValue& v = rets[i];
-      std::vector<at::Tensor> got;
-      if (plan->is_list[i] && v.isTensorList()) got = v.toTensorList().vec();
-      else if (!plan->is_list[i] && v.isTensor()) got.push_back(v.toTensor());
-      if (got.size() != plan->returns[i].size()) return nullptr;
-      for (size_t j = 0; j < got.size(); ++j) {
-        Plan::Out& o = plan->returns[i][j];
-        const at::Tensor& r = got[j];
-        if (o.input >= 0) {
-          if (!r.is_same(flat[o.input])) return nullptr;
-          continue;
-        }
-        bool is_input = std::any_of(flat.begin(), flat.end(), [&](const at::Tensor& t) { return r.is_same(t); });
-        if (!r.defined() || is_input || r.device().type() != device || !r.sizes().equals(o.meta.sizes) ||
-            !r.is_non_overlapping_and_dense())
-          return nullptr;
-        o.meta = metaOf(r);  // the CPU kernel's dtype and strides
-      }
-    }
-    for (size_t k = 0; k < flat.size(); ++k) {  // out= arguments: resized exactly as planned
-      if (!flat[k].defined()) continue;
-      auto it = std::find_if(plan->resized.begin(), plan->resized.end(), [&](const auto& p) { return p.first == (int)k; });
-      if (!sameMeta(flat[k], it != plan->resized.end() ? it->second : before[k])) return nullptr;
-    }
-    return plan;
-  }
-
-  // `cache` false: the plan serves this call only (its signature warns, and
-  // must warn at every call).
-  std::shared_ptr<const Plan> cacheChecked(std::shared_ptr<Plan> plan, bool cache = true) {
-    if (!plan) {
-      plan = std::make_shared<Plan>();  // synchronous from now on
-      if (debugFallback())
-        std::fprintf(stderr, "openmtia: %s runs synchronously: its meta kernel does not match the CPU kernel\n",
-                     op_.schema().name().c_str());
-    }
-    if (cache) planCache().put(key_, plan);
-    return plan;
-  }
-
-  // Passes warnings on to the thread's handler (Python's, at a Python call),
-  // counting them.
-  struct CountingWarningHandler final : public c10::WarningHandler {
-    c10::WarningHandler* next = c10::WarningUtils::get_warning_handler();
-    int count = 0;
-    void process(const c10::Warning& warning) override {
-      ++count;
-      next->process(warning);
-    }
-  };
-
-  // Checks a new plan without waiting for the device: runs the CPU kernel on
-  // the host over zero-filled CPU twins of the arguments (same metadata, one
-  // twin storage per storage, so aliasing is kept). Output metadata does not
-  // depend on the values (ops whose shapes do are synchronous anyway). Returns
-  // nullptr when the twins would be large (*skipped set) or the kernel rejects
-  // the call (bad arguments, or zeros, e.g. a factorization): the first call
-  // then runs synchronously on the real data, and raises if it is bad.
-  std::shared_ptr<const Plan> dryRun(std::vector<c10::IValue> stack, bool* skipped) {
+  // Whether the CPU kernel accepts the call with every tensor's values zero
+  // (index values valid): run over zero-filled host twins of the arguments
+  // (one per storage: aliasing, and so overlap checks, are kept). Only after
+  // a first call failed, so it costs nothing otherwise; not for arguments
+  // over 64 MB (then the error raises at the call).
+  bool acceptsZeros(std::vector<c10::IValue> stack) {
     constexpr size_t kMaxTwinBytes = size_t(64) << 20;
     const auto& schema = op_.schema();
     size_t bytes = 0;
     bool ok = true;
     std::unordered_map<c10::StorageImpl*, c10::Storage> storages;
     std::unordered_map<c10::TensorImpl*, at::Tensor> twins;
-    std::vector<at::Tensor> flat;
     auto twin = [&](const at::Tensor& t) -> at::Tensor {
       if (!t.defined() || t.layout() != c10::kStrided) {
         ok = ok && !t.defined();
-        flat.push_back(t);
         return t;
       }
       auto it = twins.find(t.unsafeGetTensorImpl());
@@ -935,17 +801,15 @@ class AsyncCall {
         if (sit == storages.end()) {
           size_t n = t.storage().nbytes();
           bytes += n;
-          if (bytes > kMaxTwinBytes) ok = false;
+          ok = ok && bytes <= kMaxTwinBytes;
           c10::Storage st(c10::Storage::use_byte_size_t(), ok ? n : 0, c10::GetCPUAllocator(), /*resizable=*/true);
           if (ok && n) std::memset(st.mutable_data(), 0, n);
           sit = storages.emplace(si, std::move(st)).first;
         }
         at::Tensor tw = viewOn(sit->second, t, c10::DispatchKey::CPU);
-        // a Python number stays one (it does not take part in type promotion)
         if (t.unsafeGetTensorImpl()->is_wrapped_number()) tw.unsafeGetTensorImpl()->set_wrapped_number(true);
         it = twins.emplace(t.unsafeGetTensorImpl(), std::move(tw)).first;
       }
-      flat.push_back(it->second);
       return it->second;
     };
     for (size_t i = 0; i < stack.size(); ++i) {
@@ -954,24 +818,87 @@ class AsyncCall {
       else if (v.isDevice() && v.toDevice().type() == kMTIA) v = c10::Device(c10::kCPU);
       else v = mapTensors(v, twin);
     }
-    if (!ok) {
-      *skipped = true;
-      return nullptr;
-    }
-    CountingWarningHandler warnings;  // the kernel's warnings are the call's
+    if (!ok) return false;
+    CountingWarningHandler quiet(/*forward=*/false);  // the failed call gave its warnings
     try {
-      c10::WarningUtils::WarningHandlerGuard guard(&warnings);
+      c10::WarningUtils::WarningHandlerGuard guard(&quiet);
       at::AutoDispatchBelowADInplaceOrView below_autograd;
       op_.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &stack);
     } catch (const std::exception& e) {
       if (isInterrupt(e)) throw;
-      return nullptr;
+      return false;
     }
-    size_t nrets = new_plan_->returns.size();
-    if (stack.size() < nrets) return nullptr;
-    // a signature that warns is checked again at every call: so it warns at every call
-    return cacheChecked(checked(*new_plan_, &*(stack.end() - nrets), flat, before_, c10::kCPU),
-                        /*cache=*/warnings.count == 0);
+    return true;
+  }
+
+  void learn(bool warned) {
+    planCache().countFirstCall();
+    if (debugFallback()) std::fprintf(stderr, "openmtia: %s: a new signature's first call\n", op_.schema().name().c_str());
+    std::string why = warned ? "it warns (every call gives the CPU kernel's warnings)" : std::string();
+    std::shared_ptr<Plan> plan;
+    const size_t nrets = op_.schema().returns().size();
+    if (!warned && stack_->size() >= nrets) plan = derived(&*(stack_->end() - nrets), nrets, &why);
+    if (!plan) {
+      plan = std::make_shared<Plan>();  // synchronous at every call
+      if (debugFallback())
+        std::fprintf(stderr, "openmtia: %s runs synchronously: %s\n", op_.schema().name().c_str(), why.c_str());
+    }
+    planCache().put(key_, std::move(plan));
+  }
+
+ private:
+  // The plan of what the CPU kernel did with the tensor arguments flat_args_
+  // (which had the metadata before_), returning `rets`: results that are
+  // inputs (in-place, out=), new dense results (their metadata), inputs it
+  // resized. nullptr (and *why) if a result is none of those (a view of an
+  // input, not dense, undefined, not a tensor).
+  std::shared_ptr<Plan> derived(const c10::IValue* rets, size_t nrets, std::string* why) {
+    auto plan = std::make_shared<Plan>();
+    auto add = [&](const at::Tensor& r, std::vector<Plan::Out>& outs) {
+      Plan::Out o;
+      for (size_t k = 0; k < flat_args_.size() && o.input < 0; ++k)
+        if (r.defined() && r.is_same(flat_args_[k])) o.input = static_cast<int>(k);
+      if (o.input < 0) {
+        if (!r.defined() || r.device().type() != kMTIA || r.layout() != c10::kStrided ||
+            !r.is_non_overlapping_and_dense()) {
+          *why = "a result is undefined, not dense or not on the device";
+          return false;
+        }
+        for (const auto& t : flat_args_)
+          if (t.defined() && t.has_storage() && t.storage().is_alias_of(r.storage())) {
+            *why = "a result is a view of an input";
+            return false;
+          }
+        o.meta = metaOf(r);
+      }
+      outs.push_back(std::move(o));
+      return true;
+    };
+    for (size_t i = 0; i < nrets; ++i) {
+      std::vector<Plan::Out> outs;
+      const c10::IValue& v = rets[i];
+      plan->is_list.push_back(v.isTensorList());
+      if (v.isTensor()) {
+        if (!add(v.toTensor(), outs)) return nullptr;
+      } else if (v.isTensorList()) {
+        for (const at::Tensor& t : v.toTensorList())
+          if (!add(t, outs)) return nullptr;
+      } else {
+        *why = "a result is not a tensor";
+        return nullptr;
+      }
+      plan->returns.push_back(std::move(outs));
+    }
+    for (size_t k = 0; k < flat_args_.size(); ++k) {  // out= tensors the op resized
+      const at::Tensor& t = flat_args_[k];
+      if (!t.defined() || sameMeta(t, before_[k])) continue;
+      Plan::Meta m = metaOf(t);
+      m.offset -= before_[k].offset;  // the plan serves views at any offset
+      plan->resized.emplace_back(static_cast<int>(k), std::move(m));
+    }
+    finish(*plan, op_);
+    plan->async = true;
+    return plan;
   }
 
   static std::vector<at::Tensor> flatTensors(const std::vector<c10::IValue>& args) {
@@ -998,6 +925,21 @@ class AsyncCall {
     return stack;
   }
 
+  // An out= kernel must leave its outputs' metadata as planned (the device
+  // tensors cannot follow a change): never a silently wrong result.
+  static void checkOutputsKept(const c10::OperatorHandle& op, const std::vector<c10::IValue>& host,
+                               const std::vector<Plan::Meta>& expected) {
+    const size_t first = host.size() - expected.size();
+    for (size_t j = 0; j < expected.size(); ++j) {
+      const at::Tensor& o = host[first + j].toTensor();
+      const Plan::Meta& m = expected[j];
+      TORCH_CHECK(sameMeta(o, m) && o.is_conj() == m.conj && o.is_neg() == m.neg, "openmtia: ",
+                  op.schema().name(), " changed the metadata of its output ", j, " (", m.sizes, " ", m.strides,
+                  " conj ", m.conj, " -> ", o.sizes(), " ", o.strides(), " conj ", o.is_conj(),
+                  "): the plan of this call is wrong");
+    }
+  }
+
   // The kernel's results (a fresh output lives at return slot << 32 | list
   // index), checked against the outputs. A result the kernel allocated in its
   // output's memory (ResultPlacement) is already there; any other is copied
@@ -1013,7 +955,8 @@ class AsyncCall {
       TORCH_CHECK(r.sizes().equals(out.sizes()) && r.dtype() == out.dtype(), "openmtia: the meta kernel predicted ",
                   out.sizes(), " ", out.dtype(), " but the kernel returned ", r.sizes(), " ", r.dtype());
       if (out.numel() == 0) continue;
-      bool placed = r.data_ptr() == out.data_ptr() && r.strides().equals(out.strides()) && !r.is_conj() && !r.is_neg();
+      bool placed = r.data_ptr() == out.data_ptr() && r.strides().equals(out.strides()) &&
+                    r.is_conj() == out.is_conj() && r.is_neg() == out.is_neg();
       if (!placed) copies.emplace_back(r, &out);
     }
     if (copies.empty()) return;
@@ -1085,9 +1028,11 @@ class AsyncCall {
   std::unordered_map<c10::StorageImpl*, c10::Storage> host_storages_;
   // a new plan under verification
   std::string key_;
-  std::shared_ptr<const Plan> new_plan_;
   std::vector<at::Tensor> flat_args_;
   std::vector<Plan::Meta> before_;
+  // a first call that failed on device data (deferFailure)
+  std::shared_ptr<const Plan> failing_plan_;
+  std::string failure_;
 };
 
 // Nothing may wait for a stream while it is captured into a graph: an op that
@@ -1103,9 +1048,10 @@ void mtiaFallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
     std::fprintf(stderr, "openmtia: fallback %s (%s)\n", op.schema().name().c_str(),
                  mode == Mode::kSync ? "sync" : mode == Mode::kView ? "view" : "async");
   c10::DeviceIndex device = call.device();
-  if (mode == Mode::kSync) {
+  if (mode == Mode::kSync || dataDependentCall(op, *stack)) {
     refuseWhileCapturing(op, device, "it runs synchronously (the host reads its result, its output's shape depends "
-                                     "on the data, or its CPU kernel is a Python function)");
+                                     "on the data, it checks its input's values, or its CPU kernel is a Python "
+                                     "function)");
     return call.run(/*wait=*/true);
   }
   if (mode == Mode::kView) return call.run(/*wait=*/false);  // views read no data
@@ -1113,13 +1059,27 @@ void mtiaFallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
   AsyncCall async(op, stack, device);
   auto result = async.run();
   if (result == AsyncCall::Result::kDone) return;
-  refuseWhileCapturing(op, device,
-                       result == AsyncCall::Result::kVerify
-                           ? "its first call with these argument shapes runs synchronously to check the op's plan "
-                             "(a dry run on the host could not); run it once before capturing, as a warm-up"
-                           : "it runs synchronously for these arguments (it has no asynchronous plan for them)");
+  if (result == AsyncCall::Result::kLearn) {  // a new signature: this call makes its plan
+    CountingWarningHandler warnings(/*forward=*/true);
+    const size_t nargs = op.schema().arguments().size();
+    std::vector<c10::IValue> args(stack->end() - nargs, stack->end());
+    try {
+      c10::WarningUtils::WarningHandlerGuard guard(&warnings);
+      call.run(/*wait=*/true);
+    } catch (const c10::Error& e) {
+      // An error over the values of index arguments is a device-data error:
+      // as on later calls (and on CUDA), it comes at the next sync.
+      if (dynamic_cast<const c10::NotImplementedError*>(&e) || !takesIndexValues(op, args)) throw;
+      stack->resize(stack->size() >= nargs ? stack->size() - nargs : 0);  // what the kernel left of the call
+      stack->insert(stack->end(), args.begin(), args.end());
+      if (!async.deferFailure(std::string("openmtia: ") + e.what_without_backtrace())) throw;
+      return;
+    }
+    async.learn(warnings.count > 0);
+    return;
+  }
+  refuseWhileCapturing(op, device, "it runs synchronously for these arguments (it has no asynchronous plan for them)");
   call.run(/*wait=*/true);
-  if (result == AsyncCall::Result::kVerify) async.verify();
 }
 
 }  // namespace

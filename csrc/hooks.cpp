@@ -2,7 +2,10 @@
 #include <ATen/detail/MTIAHooksInterface.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include <ATen/core/CachingHostAllocator.h>
+
 #include "common.h"
+#include "plan_cache.h"
 
 namespace openmtia {
 
@@ -91,6 +94,17 @@ struct MTIAHooks final : public at::MTIAHooksInterface {
     out["num_sync_all_streams"] = m.num_sync_all_streams;
     out["oversize_allocations.current"] = m.oversize_allocations;
     out["max_split_size"] = m.max_split_size;
+    // pinned host memory (process-wide; PyTorch's caching host allocator):
+    // held (in use and cached) and in use
+    at::HostStats pinned = at::getHostAllocator(kMTIA)->get_stats();
+    out["host.pinned.allocated_bytes"] = pinned.allocated_bytes.current;
+    out["host.pinned.active_bytes"] = pinned.active_bytes.current;
+    // host memory the fallback keeps for its plans (process-wide): see README
+    PlanCacheStats plans = planCache().stats();
+    out["host.plan_cache.bytes"] = plans.bytes;
+    out["host.plan_cache.entries"] = plans.entries;
+    out["host.plan_cache.max_bytes"] = plans.max_bytes;
+    out["host.plan_cache.evictions"] = plans.evictions;
     return out.release().ptr();
   }
   PyObject* getDeviceCapability(c10::DeviceIndex index) const override {

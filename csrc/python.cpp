@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "common.h"
+#include "plan_cache.h"
 
 namespace py = pybind11;
 
@@ -51,6 +52,26 @@ void openmtia::withoutGil(const std::function<void()>& fn) {
   } else {
     fn();
   }
+}
+
+int openmtia::withPythonWarningsRecorded(const std::function<void()>& fn) {
+  if (!Py_IsInitialized()) {
+    fn();
+    return 0;
+  }
+  py::gil_scoped_acquire gil;
+  py::module_ warnings = py::module_::import("warnings");
+  py::object recorder = warnings.attr("catch_warnings")(py::arg("record") = true);
+  py::list log = recorder.attr("__enter__")();
+  warnings.attr("simplefilter")("always");
+  try {
+    fn();  // a Python kernel takes the GIL it needs (this thread holds it)
+  } catch (...) {
+    recorder.attr("__exit__")(py::none(), py::none(), py::none());
+    throw;
+  }
+  recorder.attr("__exit__")(py::none(), py::none(), py::none());
+  return static_cast<int>(py::len(log));
 }
 
 bool openmtia::isInterrupt(const std::exception& e) {
@@ -108,6 +129,25 @@ PYBIND11_MODULE(_C, m) {
     return openmtia::isCapturing(index);
   }, py::arg("device") = -1);
   m.def("_staged_result_count", &openmtia::stagedResultCount);
+  // The fallback's plan cache (csrc/plan_cache.h): its size, bounds and counts.
+  m.def("_plan_cache_stats", [] {
+    openmtia::PlanCacheStats s = openmtia::planCache().stats();
+    py::dict d;
+    d["entries"] = s.entries;
+    d["bytes"] = s.bytes;
+    d["hits"] = s.hits;
+    d["misses"] = s.misses;
+    d["evictions"] = s.evictions;
+    d["first_calls"] = s.first_calls;
+    d["max_entries"] = s.max_entries;
+    d["max_bytes"] = s.max_bytes;
+    return d;
+  });
+  // Bounds of the plan cache (<= 0: the default); for tests of its eviction.
+  m.def("_set_plan_cache_limits", [](int64_t max_entries, int64_t max_bytes) {
+    openmtia::planCache().setLimits(max_entries, max_bytes);
+  });
+  m.def("_clear_plan_cache", [] { openmtia::planCache().clear(); });
   m.def("_prebuilt_kernel_count", &openmtia::prebuiltKernelCount);
   m.def("_device_memory_info", [](int device) {
     size_t free_b = 0, total = 0;

@@ -234,7 +234,11 @@ def stream_semantics(rank, world, port):
     from openmtia import _C
     dev = init(rank, world, port)
     t = torch.zeros(1 << 16, device=dev)
-    dist.all_reduce(t)  # warm up
+    # warm up: a signature's first call runs synchronously (it makes its plan)
+    t.fill_(rank + 1)
+    t.mul_(2)
+    dist.all_reduce(t)
+    torch.mtia.synchronize()
     gate = _C._launch_blocking_task(dev.index, 30.0)  # holds the current stream
     t.fill_(rank + 1)  # queued behind the gate
     t0 = time.perf_counter()
@@ -254,6 +258,9 @@ def stream_semantics(rank, world, port):
     # on a side stream: the collective follows that stream's work
     s = torch.mtia.Stream()
     x = torch.zeros(8, device=dev)
+    x.fill_(rank + 1)  # warm up
+    x * 10
+    torch.mtia.synchronize()
     with torch.mtia.stream(s):
         gate = _C._launch_blocking_task(dev.index, 30.0)
         x.fill_(rank + 1)

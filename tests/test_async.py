@@ -21,51 +21,83 @@ def warm(fn):
     torch.mtia.synchronize()
 
 
-def test_structured_ops_are_async_from_the_first_call():
-    # a structured op's meta function is its CPU kernel's: no verification
-    a = torch.randn(64, 48, device="mtia")
-    torch.mtia.synchronize()
-    gate = hold()
-    b = a @ a.t()
-    c = torch.softmax(b * 0.5, dim=1)
-    assert not torch.mtia.current_stream().query()
-    gate.release()
-    ac = a.cpu()
-    torch.testing.assert_close(c.cpu(), torch.softmax(ac @ ac.t() * 0.5, dim=1))
+def released_soon(gate, after_s=0.2):
+    """Releases the gate after a while: a call that waits for the stream returns then."""
+    import threading
+    threading.Timer(after_s, gate.release).start()
 
 
-def test_first_call_of_other_ops_checks_its_plan_without_waiting():
-    # not structured: the first call of a signature checks the meta kernel's
-    # plan against the CPU kernel (dtypes can differ, e.g. native_layer_norm's
-    # bfloat16 statistics), by a dry run on zero-filled host twins of the
-    # arguments: it does not wait for the device
-    a = torch.randn(64, 64, device="mtia")
+def first_calls():
+    return openmtia._C._plan_cache_stats()["first_calls"]
+
+
+@pytest.mark.parametrize("case", ["structured", "not_structured", "bf16_statistics"])
+def test_a_signatures_first_call_runs_once_on_the_real_data_then_later_calls_are_async(case):
+    # the first call of a signature waits for the stream and runs the CPU
+    # kernel on the real data, once (no dry run, no host copy of the
+    # arguments); what it did becomes the signature's plan, so later calls
+    # return before they run, with CPU's results (dtypes included: bfloat16
+    # layer_norm's saved statistics are float32 on CPU)
+    a = torch.randn(64, 48 + ["structured", "not_structured", "bf16_statistics"].index(case), device="mtia")
     idx = torch.tensor([3, 1, 2], device="mtia")
     x = torch.randn(4, 6, 3, dtype=torch.bfloat16, device="mtia")
+    fn = {"structured": lambda: torch.softmax(a * 0.5, dim=1),
+          "not_structured": lambda: torch.index_select(a, 0, idx),
+          "bf16_statistics": lambda: torch.ops.aten.native_layer_norm(x, (3,), None, None, 1e-5)}[case]
+    ref = {"structured": lambda: torch.softmax(a.cpu() * 0.5, dim=1),
+           "not_structured": lambda: torch.index_select(a.cpu(), 0, idx.cpu()),
+           "bf16_statistics": lambda: torch.ops.aten.native_layer_norm(x.cpu(), (3,), None, None, 1e-5)}[case]
     torch.mtia.synchronize()
+    n = first_calls()
     gate = hold()
-    r = torch.index_select(a, 0, idx)
-    y = torch.nn.functional.layer_norm(x, (3,))
-    assert not torch.mtia.current_stream().query()
-    gate.release()
-    assert torch.equal(r.cpu(), a.cpu()[[3, 1, 2]])
-    assert torch.equal(y.cpu(), torch.nn.functional.layer_norm(x.cpu(), (3,)))
-
-
-def test_first_call_with_large_arguments_verifies_on_the_real_data():
-    a = torch.randn(18 << 20, device="mtia")  # 72 MB: too large for a dry run
-    idx = torch.tensor([5, 0], device="mtia")
-    torch.mtia.synchronize()
-    gate = hold()
-    import threading
-    threading.Timer(0.2, gate.release).start()
-    torch.index_select(a, 0, idx)  # waits for the stream, runs, verifies the plan
+    released_soon(gate)
+    first = fn()  # waits for the stream, then runs
     assert torch.mtia.current_stream().query()
+    assert first_calls() == n + 1 + (case == "structured")  # softmax's a * 0.5 is new too
     gate = hold()
-    r = torch.index_select(a, 0, idx)  # now asynchronous
+    second = fn()  # asynchronous
     assert not torch.mtia.current_stream().query()
     gate.release()
-    assert torch.equal(r.cpu(), a.cpu()[[5, 0]])
+    assert first_calls() == n + 1 + (case == "structured")
+    for got in (first, second):
+        got, want = (list(got), list(ref())) if isinstance(got, tuple) else ([got], [ref()])
+        for g, w in zip(got, want):
+            assert g.dtype == w.dtype and g.stride() == w.stride()
+            assert torch.equal(g.cpu(), w)
+
+
+def test_new_offsets_and_new_float_values_are_not_new_signatures():
+    # rows of a tensor (views at other storage offsets) and a float that
+    # changes every call (a learning rate) share one plan: one first call
+    # (offsets of views of one storage in one call stay in it: they decide overlaps)
+    x, w = torch.rand(64, 32, device="mtia"), torch.randn(64, 32, device="mtia")
+    torch.mtia.synchronize()
+    n = first_calls()
+    rows = [torch.acos(x[i]) for i in range(64)]
+    ys = [torch.add(x[i], w[i], alpha=1e-3 * (1 + i)) for i in range(32)]
+    torch.mtia.synchronize()
+    assert first_calls() == n + 2
+    xc, wc = x.cpu(), w.cpu()
+    assert torch.equal(torch.stack(rows).cpu(), torch.acos(xc))
+    assert torch.equal(torch.stack(ys).cpu(), torch.stack([torch.add(xc[i], wc[i], alpha=1e-3 * (1 + i))
+                                                          for i in range(32)]))
+    torch.add(x[0], x[1], out=x[2])  # views of one storage: their offsets are part of the signature
+    with pytest.raises(RuntimeError, match="unsupported operation: some elements of the input tensor and the "
+                                           "written-to tensor refer to a single memory location"):
+        torch.add(x[0], x[1], out=x.view(-1)[16:48])  # overlaps x[0] partly: raises at the call, as on CPU
+
+
+def test_a_float_argument_checked_by_the_kernel_raises_at_the_call_for_any_value():
+    # the class of a float is part of the signature: a value the kernel
+    # rejects is a new signature, whose first call runs on the host
+    x = torch.rand(16, device="mtia")
+    torch.mtia.synchronize()
+    x.bernoulli_(0.5)
+    for p in (1.5, -0.5, float("nan")):
+        with pytest.raises(RuntimeError, match=r"bernoulli_ expects p to be in \[0, 1\]"):
+            torch.empty(16, device="mtia").bernoulli_(p)
+    torch.mtia.synchronize()
+    assert set(x.bernoulli_(0.25).cpu().tolist()) <= {0.0, 1.0}
 
 
 # openmtia_test::double_a/double_b: ops with a C++ CPU kernel (x * 2) that the
@@ -90,10 +122,9 @@ def test_ops_with_a_python_cpu_kernel_run_on_the_calling_thread():
 
 def test_cpu_scalar_tensors_next_to_mtia_tensors_run_async():
     # copysign's meta kernel (a Python reference) rejects a CPU scalar next to
-    # a device tensor, which the CPU kernel (and CUDA) accepts: the plan is
-    # made with a meta twin of the scalar instead
+    # a device tensor, which the CPU kernel (and CUDA) accepts
     x = torch.randn(16, device="mtia")
-    torch.mtia.synchronize()
+    warm(lambda: (torch.copysign(x, torch.tensor(-1.0)), torch.copysign(x, torch.tensor(1))))
     gate = openmtia._C._launch_blocking_task(0, 2.0)  # a synchronous op would wait out the timeout
     y = torch.copysign(x, torch.tensor(-1.0))
     z = torch.copysign(x, torch.tensor(1))  # an int64 scalar: the result stays float32
@@ -115,20 +146,15 @@ def test_plans_take_the_cpu_kernels_strides():
     assert torch.equal(second.cpu(), x.cpu() * 2)
 
 
-def test_a_meta_kernel_that_contradicts_the_kernel_leaves_the_op_synchronous():
+def test_plans_come_from_the_cpu_kernel_not_a_contradicting_meta_kernel():
     x = torch.randn(4, device="mtia")
     torch.mtia.synchronize()
+    y = double_wrong_shape(x)  # its meta kernel says (5,): the CPU kernel's (4,) counts
+    assert y.shape == (4,) and torch.equal(y.cpu(), x.cpu() * 2)
     gate = hold()
-    import threading
-    threading.Timer(0.2, gate.release).start()
-    y = double_wrong_shape(x)  # the dry run finds the contradiction: this call runs synchronously
-    assert torch.mtia.current_stream().query()
-    assert torch.equal(y.cpu(), x.cpu() * 2)
-    gate = hold()
-    import threading
-    threading.Timer(0.2, gate.release).start()
-    y = double_wrong_shape(x)  # still waits for the stream: CPU's result
-    assert torch.mtia.current_stream().query()
+    y = double_wrong_shape(x)  # asynchronous, with the CPU kernel's shape
+    assert not torch.mtia.current_stream().query()
+    gate.release()
     assert y.shape == (4,) and torch.equal(y.cpu(), x.cpu() * 2)
 
 

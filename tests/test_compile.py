@@ -87,11 +87,14 @@ def test_compiled_kernels_are_ordered_with_eager_ops():
     f = torch.compile(lambda x: x.sin() * 3 + x)
     x = torch.zeros(1000, device="mtia")
     f(x)
+    x.add_(1).mul_(0)  # the eager signatures' first calls (synchronous)
+    torch.mtia.synchronize()
     g = gate()
     try:
         x.add_(1)  # eager, queued
         y = f(x)  # compiled: must read x + 1
         x.mul_(0)  # eager: must come after the compiled kernel read x
+        assert not torch.mtia.current_stream().query()
     finally:
         g.release()
     torch.testing.assert_close(y.cpu(), torch.ones(1000).sin() * 3 + 1)

@@ -26,6 +26,13 @@ def hold(device=0):
     return openmtia._C._launch_blocking_task(device)
 
 
+def warm(fn):
+    """Runs fn once and waits: a signature's first call runs synchronously
+    (it makes the signature's plan); later calls are asynchronous."""
+    fn()
+    torch.mtia.synchronize()
+
+
 def run_python(code, env=None, timeout=300):
     full_env = dict(os.environ, **(env or {}))
     r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=full_env,
@@ -38,13 +45,14 @@ def run_python(code, env=None, timeout=300):
 
 def test_memory_freed_by_the_host_is_reused_at_once_on_its_stream():
     a = torch.randn(1024, 1024, device="mtia")
-    torch.mtia.synchronize()
+    warm(lambda: a @ a)
     torch.mtia.reset_peak_memory_stats()
     base = torch.mtia.memory_allocated()
     gate = hold()  # the device is busy: every matmul below is still queued
     try:
         for _ in range(200):
             b = a @ a
+        assert not torch.mtia.current_stream().query()
         # the host ran ahead of the device by 200 ops; CUDA holds two or three 4 MiB blocks
         assert torch.mtia.max_memory_allocated() - base <= 3 * 4 * MiB
     finally:
@@ -55,6 +63,7 @@ def test_memory_freed_by_the_host_is_reused_at_once_on_its_stream():
 def test_a_reused_block_keeps_stream_order():
     # x's block goes back at `del x` while the task that reads it is still queued;
     # the next allocation gets it, and its writer runs after that reader
+    warm(lambda: (torch.full((1 << 16,), 3.0, device="mtia") * 2, torch.full((1 << 16,), 5.0, device="mtia")))
     gate = hold()
     x = torch.full((1 << 16,), 3.0, device="mtia")
     y = x * 2
@@ -62,6 +71,7 @@ def test_a_reused_block_keeps_stream_order():
     del x
     z = torch.full((1 << 16,), 5.0, device="mtia")
     assert z.data_ptr() == ptr
+    assert not torch.mtia.current_stream().query()
     gate.release()
     assert torch.equal(y.cpu(), torch.full((1 << 16,), 6.0))
     assert torch.equal(z.cpu(), torch.full((1 << 16,), 5.0))
@@ -144,9 +154,11 @@ def test_ten_thousand_steps_without_a_sync_run_on_a_256M_device():
 
 
 def test_empty_cache_waits_for_queued_work_using_freed_blocks():
+    warm(lambda: torch.full((1 << 20,), 2.0, device="mtia") * 3)
     gate = hold()
     x = torch.full((1 << 20,), 2.0, device="mtia")
     y = x * 3  # queued: reads x
+    assert not torch.mtia.current_stream().query()
     del x      # x's block is free (reusable on this stream) while y's task still reads it
     threading.Timer(0.2, gate.release).start()
     t0 = time.time()

@@ -453,6 +453,22 @@ void finish(Plan& plan, const c10::OperatorHandle& op) {
   if (plan.fresh && plan.resized.empty() && !bits) plan.out_op = outOverload(op);
 }
 
+// Completes a plan whose returns are set: the tensor arguments the op
+// resized (argument k is now after[k]; before the call it had before[k]),
+// then what follows from its outputs (finish).
+void complete(Plan& plan, const std::vector<at::Tensor>& after, const std::vector<Plan::Meta>& before,
+              const c10::OperatorHandle& op) {
+  for (size_t k = 0; k < after.size(); ++k) {  // out= tensors the op resized
+    const at::Tensor& t = after[k];
+    if (!t.defined() || sameMeta(t, before[k])) continue;
+    Plan::Meta m = metaOf(t);
+    m.offset -= before[k].offset;  // the plan serves views at any offset
+    plan.resized.emplace_back(static_cast<int>(k), std::move(m));
+  }
+  finish(plan, op);
+  plan.async = true;
+}
+
 // Counts warnings, passing them on to the thread's handler (Python's, at a
 // Python call) if `forward`.
 struct CountingWarningHandler final : public c10::WarningHandler {
@@ -526,16 +542,7 @@ class Planner {
       }
       plan->returns.push_back(std::move(outs));
     }
-    for (size_t k = 0; k < flat_meta_.size(); ++k) {
-      const at::Tensor& m = flat_meta_[k];
-      if (m.defined() && m.device().type() == c10::kMeta && !sameMeta(m, original_[k])) {
-        Plan::Meta r = metaOf(m);
-        r.offset -= original_[k].offset;  // the plan serves views at any offset
-        plan->resized.emplace_back(static_cast<int>(k), std::move(r));
-      }
-    }
-    finish(*plan, op_);
-    plan->async = true;
+    complete(*plan, flat_meta_, original_, op_);
     return plan;
   }
 
@@ -889,15 +896,7 @@ class AsyncCall {
       }
       plan->returns.push_back(std::move(outs));
     }
-    for (size_t k = 0; k < flat_args_.size(); ++k) {  // out= tensors the op resized
-      const at::Tensor& t = flat_args_[k];
-      if (!t.defined() || sameMeta(t, before_[k])) continue;
-      Plan::Meta m = metaOf(t);
-      m.offset -= before_[k].offset;  // the plan serves views at any offset
-      plan->resized.emplace_back(static_cast<int>(k), std::move(m));
-    }
-    finish(*plan, op_);
-    plan->async = true;
+    complete(*plan, flat_args_, before_, op_);
     return plan;
   }
 
@@ -1062,7 +1061,8 @@ void mtiaFallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
   if (result == AsyncCall::Result::kLearn) {  // a new signature: this call makes its plan
     CountingWarningHandler warnings(/*forward=*/true);
     const size_t nargs = op.schema().arguments().size();
-    std::vector<c10::IValue> args(stack->end() - nargs, stack->end());
+    const size_t first = stack->size() - nargs;
+    std::vector<c10::IValue> args(stack->begin() + first, stack->end());
     try {
       c10::WarningUtils::WarningHandlerGuard guard(&warnings);
       call.run(/*wait=*/true);
@@ -1070,7 +1070,7 @@ void mtiaFallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
       // An error over the values of index arguments is a device-data error:
       // as on later calls (and on CUDA), it comes at the next sync.
       if (dynamic_cast<const c10::NotImplementedError*>(&e) || !takesIndexValues(op, args)) throw;
-      stack->resize(stack->size() >= nargs ? stack->size() - nargs : 0);  // what the kernel left of the call
+      stack->resize(first);  // whatever the kernel left of the call: the arguments again
       stack->insert(stack->end(), args.begin(), args.end());
       if (!async.deferFailure(std::string("openmtia: ") + e.what_without_backtrace())) throw;
       return;

@@ -143,13 +143,23 @@ c10::Scalar local_scalar_dense(const at::Tensor& self) {
   return at::_local_scalar_dense(hostView(self));
 }
 
+// The fill task: CPU's fill kernel over a host view of self. Like CPU's (and
+// CUDA's) fill_, it accepts a self whose elements overlap (a stride of 0):
+// every element gets the same value.
+void launchFill(const at::Tensor& self, const at::Tensor& value) {
+  launchOnCurrentStream(self.device().index(), "fill_", [hd = hostView(self), hv = hostView(value)]() mutable {
+    useKernelThreads(hd.numel());
+    at::AutoDispatchBelowADInplaceOrView guard;
+    hd.fill_(hv.item());  // the Scalar overload: CPU's fill kernel (a same-device tensor value would copy_)
+  });
+}
+
 at::Tensor& fill_scalar(at::Tensor& self, const c10::Scalar& value) {
   // Convert on the host so that a bad value raises here, not on the stream.
   at::Tensor probe = at::empty({}, at::TensorOptions().dtype(self.scalar_type()));
   probe.fill_(value);
   if (self.numel() == 0) return self;
-  at::assert_no_internal_overlap(self);
-  launchCopyKernel(self, probe, "fill_");
+  launchFill(self, probe);
   return self;
 }
 
@@ -160,8 +170,8 @@ at::Tensor& fill_tensor(at::Tensor& self, const at::Tensor& value) {
     TORCH_CHECK(value.device() == self.device(), "Expected all tensors to be on the same device, but found ",
                 value.device(), " and ", self.device());
     if (self.numel() == 0) return self;
-    at::assert_no_internal_overlap(self);
-    launchCopyKernel(self, value, "fill_");
+    at::assert_no_internal_overlap(self);  // a value on self's device is copied (as CPU's and CUDA's fill_ do)
+    launchFill(self, value);
     return self;
   }
   return fill_scalar(self, value.item());

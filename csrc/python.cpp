@@ -38,9 +38,10 @@ struct Gate {
     open = true;
     cv.notify_all();
   }
-  void wait(double timeout_s) {
+  // false: not released within timeout_s
+  bool wait(double timeout_s) {
     std::unique_lock<std::mutex> lk(mu);
-    cv.wait_for(lk, std::chrono::duration<double>(timeout_s), [this] { return open; });
+    return cv.wait_for(lk, std::chrono::duration<double>(timeout_s), [this] { return open; });
   }
 };
 }  // namespace
@@ -155,13 +156,18 @@ PYBIND11_MODULE(_C, m) {
     return py::make_tuple(free_b, total);
   });
   py::class_<Gate, std::shared_ptr<Gate>>(m, "_Gate").def("release", &Gate::release);
-  // For tests: hold the current stream of `device` until the gate is released
-  // (or `timeout_s` passed).
+  // For tests: hold the current stream of `device` until the gate is released.
+  // A gate not released within `timeout_s` opens all the same (nothing hangs)
+  // but fails its task: the next sync of the stream raises, so the test that
+  // held it fails (something it expected to return at once waited instead).
   m.def("_launch_blocking_task", [](int device, double timeout_s) {
     openmtia::checkDevice(static_cast<c10::DeviceIndex>(device));
     auto gate = std::make_shared<Gate>();
-    openmtia::launchOnCurrentStream(static_cast<c10::DeviceIndex>(device), "test_gate",
-                                    [gate, timeout_s] { gate->wait(timeout_s); });
+    openmtia::launchOnCurrentStream(static_cast<c10::DeviceIndex>(device), "test_gate", [gate, timeout_s] {
+      if (!gate->wait(timeout_s))
+        throw std::runtime_error("test gate not released within " + std::to_string(timeout_s) +
+                                 " s: the test held the stream and something waited for it");
+    });
     return gate;
   }, py::arg("device"), py::arg("timeout_s") = 30.0);
   // For tests of asynchronous error reporting: enqueue a task that fails.

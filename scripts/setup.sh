@@ -31,6 +31,10 @@ fi
 # PyTorch's own OpInfo test database)
 "$VPY" -c "import setuptools, pytest, expecttest, numpy, sys; sys.exit(int(setuptools.__version__.split('.')[0]) < 64)" 2>/dev/null ||
   "$VPY" -m pip install -q "setuptools>=64" pytest expecttest numpy
+# the tests' per-test time limit (scripts/test.sh): pinned; `pip install
+# --dry-run` shows it needs nothing but pytest
+"$VPY" -c "import importlib.metadata as m, sys; sys.exit(m.version('pytest-timeout') != '2.4.0')" 2>/dev/null ||
+  "$VPY" -m pip install -q pytest-timeout==2.4.0
 # the Triton path's test dependency (OPENMTIA_INDUCTOR_BACKEND=triton): pinned,
 # it needs nothing else (checked with pip install --dry-run: no torch)
 "$VPY" -c "import importlib.metadata as m, sys; sys.exit(m.version('triton') != '3.9.0')" 2>/dev/null ||

@@ -234,6 +234,7 @@ def test_in_order_execution_of_many_ops():
     for _ in range(100):
         x.add_(1)
     y = x * 3
+    assert not torch.mtia.current_stream().query()
     gate.release()
     assert torch.equal(y.cpu(), torch.full((1000,), 300.0))
 
@@ -260,6 +261,7 @@ def test_wait_stream_orders_consumers_after_producers():
         x = torch.full((100,), 5.0, device="mtia")
     torch.mtia.current_stream().wait_stream(producer)
     y = x + 1  # runs after the producer's work
+    assert not producer.query() and not torch.mtia.current_stream().query()
     gate.release()
     assert torch.equal(y.cpu(), torch.full((100,), 6.0))
 
@@ -275,7 +277,7 @@ def test_event_orders_work_across_streams():
     with torch.mtia.stream(s2):
         s2.wait_event(done)
         y = x.sum()
-    assert not done.query()
+    assert not done.query() and not s1.query() and not s2.query()
     gate.release()
     with torch.mtia.stream(s2):
         assert y.item() == 350.0
@@ -291,6 +293,7 @@ def test_record_stream_keeps_memory_until_the_stream_used_it():
         total = x.sum()
     del x  # freed by the host while the side stream still has to read it
     junk = [torch.full((1 << 16,), -1.0, device="mtia") for _ in range(4)]  # would reuse it if freed
+    assert not side.query()
     gate.release()
     side.synchronize()
     assert total.cpu().item() == 3.0 * (1 << 16)
@@ -354,7 +357,18 @@ def test_tasks_snapshot_metadata_at_launch():
     z = torch.ones(2, 3, device="mtia")
     z.mul_(5)            # a fallback task
     z.t_()
+    assert not torch.mtia.current_stream().query()
     gate.release()
     assert torch.equal(x.cpu(), torch.arange(16.0).view(4, 4).t().reshape(16))
     assert torch.equal(y.cpu(), torch.full((3, 3), 2.0))
     assert torch.equal(z.cpu(), torch.full((3, 2), 5.0))
+
+
+def test_a_gate_not_released_in_time_fails_the_test_that_held_it():
+    # a test gate opens after its timeout (nothing hangs), but its task fails:
+    # the sync that follows raises, so a test that relied on the hold fails
+    gate = openmtia._C._launch_blocking_task(0, 0.2)
+    with pytest.raises(RuntimeError, match="test gate not released within"):
+        torch.mtia.synchronize()
+    gate.release()
+    assert torch.ones(3, device="mtia").sum().item() == 3.0  # the device is usable after it

@@ -165,8 +165,10 @@ class TestNonBlocking:
     def test_pageable_copy_is_synchronous(self):
         import time
 
+        import threading
+
         src = torch.arange(100.0)
-        self._hold_stream(timeout_s=0.3)
+        threading.Timer(0.3, self._hold_stream().release).start()
         t0 = time.perf_counter()
         dst = src.to("mtia", non_blocking=True)  # pageable: waits until consumed
         assert time.perf_counter() - t0 >= 0.25

@@ -220,3 +220,35 @@ def test_python_numbers_keep_their_type_promotion_in_async_ops():
     for _ in range(2):  # the first call of a signature and the asynchronous ones
         assert torch.equal((x.to("mtia") * 1.1).cpu(), x * 1.1)
         assert torch.equal((x.to("mtia") + 0.7).cpu(), x + 0.7)
+
+
+@pytest.mark.parametrize("op", [torch.add, torch.sub, torch.mul, torch.div, torch.fmod, torch.remainder,
+                                torch.copysign, torch.special.chebyshev_polynomial_t])
+def test_a_python_number_and_a_0_dim_cpu_tensor_are_different_signatures(op):
+    # a plan made for `b op 1.0` (a wrapped Python number: float32 result)
+    # must not serve `b op tensor(1.0, float64)` (a 0-dim tensor: float64 on CPU)
+    b = torch.randint(1, 9, (5,), device="mtia")
+    bc = b.cpu()
+    for _ in range(2):  # the signatures' first calls and planned ones
+        for other in (1.0, torch.tensor(1.0, dtype=torch.float64), 2, torch.tensor(2, dtype=torch.int16)):
+            got, want = op(b, other), op(bc, other)
+            assert got.dtype == want.dtype, (op, other)
+            torch.testing.assert_close(got.cpu(), want)
+
+
+def test_fill_of_a_tensor_with_overlapping_elements_like_cpu():
+    # CPU's (and CUDA's) fill_ writes one value through a stride of 0, from a
+    # number or a tensor on another device; a value on self's device is copied
+    # (copy_ rejects the overlap, on CPU as here)
+    def strided(device):
+        return torch.empty_strided((4, 3, 2), (10, 0, 3), device=device)
+    for fill in (lambda t: t.fill_(1.5), lambda t: t.zero_()):
+        want = fill(strided("cpu"))
+        got = fill(strided("mtia"))
+        assert torch.equal(got.cpu(), want)
+    got = strided("mtia").fill_(torch.tensor(2.5))  # a CPU value for an mtia self: its number
+    assert torch.equal(got.cpu(), strided("cpu").fill_(2.5))
+    with pytest.raises(RuntimeError, match="more than one element of the written-to tensor refers to a single"):
+        strided("cpu").fill_(torch.tensor(3.0))
+    with pytest.raises(RuntimeError, match="more than one element of the written-to tensor refers to a single"):
+        strided("mtia").fill_(torch.tensor(3.0, device="mtia"))

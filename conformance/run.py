@@ -197,9 +197,9 @@ def _worker():
         return kind, msg
 
     def eager_runs(op, check, args, kwargs, like):
-        """op on mtia, twice: a signature's first call may run synchronously (to
-        verify the op's plan on the real data); the second, compared, is the
-        asynchronous path."""
+        """op on mtia, twice: a signature's first call runs synchronously (on the
+        real data: it makes the op's plan); the second takes the asynchronous
+        path. Both are compared with CPU."""
         runs = []
         for _ in range(2):
             torch.manual_seed(0)
@@ -295,7 +295,10 @@ def _worker():
                             compare(actual, tree_map(lambda x: x.cpu() if isinstance(x, torch.Tensor) else x,
                                                      runs[0]), dtype, (0, 0))
                         else:
-                            compare(actual, expected, dtype, tol)
+                            # the first call (often a signature's first: synchronous, on the
+                            # real data) and the planned, asynchronous one
+                            for run in runs:
+                                compare(run, expected, dtype, tol)
                         counts["pass"] += 1
                     except Exception as e:
                         if isinstance(e, AssertionError):

@@ -325,16 +325,27 @@ bool takesIndexValues(const c10::OperatorHandle& op, const std::vector<c10::IVal
 // factorization, on CPU as on CUDA), and indexing with a boolean mask (its
 // result's shape is the mask's count).
 bool dataDependentCall(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
+  // per op, once: the position of its check_errors argument, of aten::index's indices (or -1)
+  thread_local std::unordered_map<const void*, std::pair<int, int>> cache;  // per thread: no lock
   const auto& args = op.schema().arguments();
-  const size_t first = stack.size() - args.size();
-  const bool index = op.schema().name() == "aten::index";
-  for (size_t i = 0; i < args.size(); ++i) {
-    const c10::IValue& v = stack[first + i];
-    if (args[i].name() == "check_errors" && v.isBool() && v.toBool()) return true;
-    if (index && v.isOptionalTensorList())
-      for (const std::optional<at::Tensor>& t : v.toOptionalTensorList())
-        if (t && t->defined() && (t->scalar_type() == at::kBool || t->scalar_type() == at::kByte)) return true;
+  auto it = cache.find(&op.schema());
+  if (it == cache.end()) {
+    std::pair<int, int> where{-1, -1};
+    for (size_t i = 0; i < args.size(); ++i) {
+      if (args[i].name() == "check_errors") where.first = static_cast<int>(i);
+      if (op.schema().name() == "aten::index" && args[i].name() == "indices") where.second = static_cast<int>(i);
+    }
+    it = cache.emplace(&op.schema(), where).first;
   }
+  const auto [check_errors, indices] = it->second;
+  const size_t first = stack.size() - args.size();
+  if (check_errors >= 0) {
+    const c10::IValue& v = stack[first + check_errors];
+    if (v.isBool() && v.toBool()) return true;
+  }
+  if (indices >= 0 && stack[first + indices].isOptionalTensorList())
+    for (const std::optional<at::Tensor>& t : stack[first + indices].toOptionalTensorList())
+      if (t && t->defined() && (t->scalar_type() == at::kBool || t->scalar_type() == at::kByte)) return true;
   return false;
 }
 

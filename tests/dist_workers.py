@@ -291,7 +291,7 @@ def errors(rank, world, port):
     raises(lambda: dist.all_gather([torch.empty(4, device=dev)], torch.ones(4, device=dev)), "all_gather")
     raises(lambda: dist.all_gather_into_tensor(torch.empty(5, device=dev), torch.ones(4, device=dev)),
            "all_gather_into_tensor", "elements")
-    raises(lambda: dist.broadcast(torch.ones(4, device=dev), src=7), "")
+    raises(lambda: dist.broadcast(torch.ones(4, device=dev), src=7), "broadcast: invalid root rank 7 for a group of 2")
     raises(lambda: dist.all_reduce(torch.ones(4, 4, device=dev)[:, :2]), "dense")
     raises(lambda: dist.all_to_all_single(torch.empty(4, device=dev), torch.ones(4, device=dev), [1, 1], [2, 2]),
            "splits")

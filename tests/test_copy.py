@@ -121,7 +121,7 @@ def test_copy_into_overlapping_destination_raises():
 
 
 def test_copy_bad_broadcast_raises():
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RuntimeError, match=r"The expanded size of the tensor \(3\) must match the existing size \(4\)"):
         torch.zeros(3, device="mtia").copy_(torch.ones(4))
 
 

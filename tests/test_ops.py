@@ -48,7 +48,7 @@ def test_resize_and_set():
     c = torch.empty(0, device="mtia")
     c.set_(a.untyped_storage())
     assert c.shape == (6,)
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RuntimeError, match="Attempted to set the storage of an mtia tensor to a storage on cpu"):
         torch.empty(0, device="mtia").set_(torch.arange(3.0).untyped_storage())
 
 

@@ -736,14 +736,9 @@ class AsyncCall {
         prebuilt->run();
       });
     } else if (plan->out_op) {  // the kernel writes into the device outputs themselves
-      std::vector<Plan::Meta> expected;
-      for (auto& [slot, out] : outs) {
-        args.emplace_back(out);
-        expected.push_back(metaOf(out));
-      }
+      for (auto& [slot, out] : outs) args.emplace_back(out);
       launchOnCurrentStream(device_, schema.name().c_str(),
-                            [op = *plan->out_op, host = std::move(args), draws = std::move(draws), work,
-                             expected = std::move(expected)]() {
+                            [op = *plan->out_op, host = std::move(args), draws = std::move(draws), work, plan]() {
                               std::vector<c10::IValue>& stack = callStack(host, draws);
                               useKernelThreads(work);
                               {
@@ -751,7 +746,7 @@ class AsyncCall {
                                 op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &stack);
                               }
                               stack.clear();  // the task still holds what it references
-                              checkOutputsKept(op, host, expected);
+                              checkOutputsKept(op, host, *plan);
                             });
     } else {
       auto op = op_;
@@ -938,14 +933,16 @@ class AsyncCall {
   // An out= kernel must leave its outputs' metadata as planned (the device
   // tensors cannot follow a change): never a silently wrong result.
   static void checkOutputsKept(const c10::OperatorHandle& op, const std::vector<c10::IValue>& host,
-                               const std::vector<Plan::Meta>& expected) {
-    const size_t first = host.size() - expected.size();
-    for (size_t j = 0; j < expected.size(); ++j) {
+                               const Plan& plan) {
+    // the outputs follow the arguments, one per return (an out= plan's results are all fresh)
+    const size_t first = host.size() - plan.returns.size();
+    for (size_t j = 0; j < plan.returns.size(); ++j) {
       const at::Tensor& o = host[first + j].toTensor();
-      const Plan::Meta& m = expected[j];
-      TORCH_CHECK(sameMeta(o, m) && o.is_conj() == m.conj && o.is_neg() == m.neg, "openmtia: ",
-                  op.schema().name(), " changed the metadata of its output ", j, " (", m.sizes, " ", m.strides,
-                  " conj ", m.conj, " -> ", o.sizes(), " ", o.strides(), " conj ", o.is_conj(),
+      const Plan::Meta& m = plan.returns[j][0].meta;  // allocated with these, at offset 0
+      TORCH_CHECK(o.sizes().equals(m.sizes) && o.strides().equals(m.strides) && o.storage_offset() == 0 &&
+                      o.is_conj() == m.conj && o.is_neg() == m.neg,
+                  "openmtia: ", op.schema().name(), " changed the metadata of its output ", j, " (", m.sizes, " ",
+                  m.strides, " conj ", m.conj, " -> ", o.sizes(), " ", o.strides(), " conj ", o.is_conj(),
                   "): the plan of this call is wrong");
     }
   }

@@ -16,6 +16,7 @@
 namespace py = pybind11;
 
 namespace openmtia {
+void initAutogradExitBindings(py::module& m);  // autograd_exit.cpp
 void initCompileBindings(py::module& m);      // compile/kernels.cpp
 void initGraphReplayBindings(py::module& m);  // compile/graph_replay.cpp
 namespace dist {
@@ -107,6 +108,7 @@ PYBIND11_MODULE(_C, m) {
       out[i] = py::reinterpret_steal<py::object>(THPGenerator_initDefaultGenerator(openmtia::defaultGenerator(i)));
     return out;
   });
+  openmtia::initAutogradExitBindings(m);
   openmtia::initCompileBindings(m);
   openmtia::initGraphReplayBindings(m);
   openmtia::dist::initDistributedBindings(m);

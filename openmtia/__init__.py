@@ -16,6 +16,9 @@ def _autoload():
     """
 
 
+import atexit  # noqa: E402
+import os  # noqa: E402
+
 import torch  # noqa: E402
 
 from . import _C  # noqa: E402  registers hooks, guard, allocator, kernels and fallback
@@ -42,6 +45,28 @@ def _capture_on_a_dedicated_stream():
 
 
 _capture_on_a_dedicated_stream()
+
+
+def _settle_autograd_at_exit():
+    # Before Python finalizes: autograd's device threads must not hold the last
+    # reference to a graph task (it holds Python objects), or the process
+    # aborts at exit (csrc/autograd_exit.cpp). Only if backward ever used them.
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
+        tasks = []
+    for t in tasks:
+        try:
+            with open(f"/proc/self/task/{t}/comm") as f:
+                started = f.read().startswith("pt_autograd_")
+        except OSError:
+            continue  # that thread has ended
+        if started:
+            _C._settle_autograd_device_threads()
+            return
+
+
+atexit.register(_settle_autograd_at_exit)
 
 from . import inductor as _inductor  # noqa: E402
 

@@ -318,6 +318,33 @@ def errors(rank, world, port):
              "BROADCAST")
     mismatch(lambda: dist.all_reduce(torch.ones(4, device=dev), op=dist.ReduceOp.SUM if rank else dist.ReduceOp.MAX),
              "another reduce op")
+    # all-to-all sizes that disagree across ranks (what rank 0 sends rank 1 is not what rank 1 expects)
+    splits = [1, 3] if rank == 0 else [2, 2]
+    mismatch(lambda: dist.all_to_all_single(torch.empty(4, device=dev), torch.ones(4, device=dev), splits, splits),
+             "ALLTOALL_BASE of Float with sizes that disagree across ranks",
+             f"rank {rank} sends {splits} elements and expects {splits}")
+    mismatch(lambda: dist.all_to_all([torch.empty(2, device=dev)] * 2,
+                                     [torch.ones(2 + rank, device=dev), torch.ones(2 + rank, device=dev)]),
+             "ALLTOALL of Float with sizes that disagree")
+    out = torch.empty(4, device=dev)
+    dist.all_to_all_single(out, torch.arange(4., device=dev) + 10 * rank, [1, 3] if rank == 0 else [3, 1],
+                           [1, 3] if rank == 0 else [3, 1])
+    close_equal(out, torch.tensor([0., 10, 11, 12]) if rank == 0 else torch.tensor([1., 2, 3, 13]),
+                "all_to_all_single after a mismatch")
+    # a send and a receive of different sizes: both ranks raise, the process lives
+    def p2p_mismatch():
+        if rank == 0:
+            dist.send(torch.ones(8, device=dev), 1)
+        else:
+            dist.recv(torch.empty(4, device=dev), 0)
+        torch.mtia.synchronize()  # like a collective's, raised at the next sync
+    raises(p2p_mismatch, "send/recv mismatch",
+           "rank 0 sent 8 elements of Float (32 bytes) to rank 1, which receives 4 elements of Float (16 bytes)"
+           if rank == 0 else
+           "rank 1 receives 4 elements of Float (16 bytes) from rank 0, which sent 8 elements of Float (32 bytes)")
+    x = torch.arange(3., device=dev) if rank == 0 else torch.zeros(3, device=dev)
+    dist.send(x, 1) if rank == 0 else dist.recv(x, 0)
+    close_equal(x, torch.arange(3.), "send/recv after a mismatch")
     work = dist.all_reduce(torch.ones(4 if rank == 0 else 6, device=dev), async_op=True)
     e = raises(lambda: work.wait(datetime.timedelta(seconds=20)), "collective mismatch")
     assert isinstance(e, dist.DistBackendError), type(e)
@@ -347,7 +374,7 @@ def dead_rank(rank, world, port, result_path):
     usable = (torch.ones(3, device=dev) * 2).sum().item() == 6.0
     with open(result_path, "w") as f:
         f.write(f"{elapsed}\n{usable}\n{outcome}\n")
-    os._exit(0)  # the group is broken: skip its teardown
+    dist.destroy_process_group()  # a broken group tears down too
 
 
 # ---------------------------------------------------------------- training

@@ -4,6 +4,7 @@ Each test runs its ranks as processes (tests/dist_workers.py), one mtia device
 per rank, talking over loopback.
 """
 import os
+import re
 import socket
 import sys
 import time
@@ -61,7 +62,9 @@ def test_dead_rank_makes_the_others_raise(tmp_path):
     result = tmp_path / "result"
     spawn(dist_workers.dead_rank, str(result), timeout=120)
     elapsed, usable, outcome = result.read_text().splitlines()
-    assert "no error" not in outcome, outcome
+    # the collective's task fails (Gloo sees the closed socket), raised at the next sync
+    assert re.match(r"RuntimeError: openmtia: asynchronous task 'c10d[_:]\w+' failed on mtia:0 stream \d+: .*"
+                    r"(Connection closed by peer|Connection reset by peer|Timed out)", outcome), outcome
     assert float(elapsed) < 15, f"took {elapsed} s (timeout 10 s): {outcome}"
     assert usable == "True"
 

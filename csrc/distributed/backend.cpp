@@ -33,9 +33,42 @@ using WorkPtr = c10::intrusive_ptr<c10d::Work>;
 using Tensors = std::vector<at::Tensor>;
 
 // The signature of one call, exchanged across ranks before its data moves.
-constexpr int kSig = 8;
+// Fields up to kSends must be equal on every rank. An all-to-all's sizes may
+// differ across ranks, but what rank r sends to rank j must be what j expects
+// from r: each rank adds up a hash of every (sender, receiver, elements) it
+// sends and of every one it expects, and the sums over all ranks must agree.
+constexpr int kSig = 10;
 using Signature = std::array<int64_t, kSig>;
-enum SigField { kOp, kDtype, kNumel, kShapes, kRoot, kReduceOp, kCount, kSeq };
+enum SigField { kOp, kDtype, kNumel, kShapes, kRoot, kReduceOp, kCount, kSeq, kSends, kExpects };
+
+uint64_t transferHash(int64_t from, int64_t to, int64_t elements) {
+  uint64_t x = static_cast<uint64_t>(from) * 0x9E3779B97F4A7C15ULL ^ static_cast<uint64_t>(to) * 0xC2B2AE3D27D4EB4FULL ^
+               static_cast<uint64_t>(elements) * 0x165667B19E3779F9ULL;
+  x ^= x >> 33;  // splitmix64's finalizer
+  x *= 0xff51afd7ed558ccdULL;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ULL;
+  return x ^ (x >> 33);
+}
+
+// Adds this rank's all-to-all transfers (elements sent to / expected from each rank) to its signature.
+void addTransfers(Signature& sig, int rank, const std::vector<int64_t>& sends, const std::vector<int64_t>& expects) {
+  uint64_t s = 0, e = 0;
+  for (size_t j = 0; j < sends.size(); ++j) {
+    s += transferHash(rank, static_cast<int64_t>(j), sends[j]);
+    e += transferHash(static_cast<int64_t>(j), rank, expects[j]);
+  }
+  sig[kSends] = static_cast<int64_t>(s);
+  sig[kExpects] = static_cast<int64_t>(e);
+}
+
+std::string listOf(const std::vector<int64_t>& v) {
+  std::ostringstream o;
+  o << "[";
+  for (size_t i = 0; i < v.size(); ++i) o << (i ? ", " : "") << v[i];
+  o << "]";
+  return o.str();
+}
 
 Tensors hostViews(const Tensors& ts) {
   Tensors out;
@@ -264,15 +297,28 @@ class MtiaBackend final : public c10d::Backend {
                 output.scalar_type(), " differs from the input's ", input.scalar_type());
     checkSplits(input, input_splits, "input");
     checkSplits(output, output_splits, "output");
-    // Splits may differ across ranks: only the op and dtype are compared.
+    // Splits may differ across ranks: the op, dtype and row size must agree,
+    // and what each rank sends must be what its peer expects.
     Signature sig = signature(OpType::ALLTOALL_BASE, {});
     sig[kDtype] = static_cast<int64_t>(input.scalar_type());
+    const int64_t row = c10::multiply_integers(input.sizes().slice(1));
+    sig[kShapes] = row;
+    auto rows = [&](const at::Tensor& t, const std::vector<int64_t>& splits) {
+      std::vector<int64_t> n = splits;
+      if (n.empty()) n.assign(getSize(), t.size(0) / getSize());
+      for (auto& v : n) v *= row;
+      return n;
+    };
+    auto sends = rows(input, input_splits), expects = rows(output, output_splits);
+    addTransfers(sig, getRank(), sends, expects);
     at::Tensor in = hostViews({input})[0], out = hostViews({output})[0];
     auto gloo = gloo_;
-    return issue(OpType::ALLTOALL_BASE, "all_to_all_single", {input, output}, {output}, sig,
-                 [gloo, in, out, output_splits, input_splits, opts]() mutable {
-                   return gloo->alltoall_base(out, in, output_splits, input_splits, opts);
-                 });
+    return issue(
+        OpType::ALLTOALL_BASE, "all_to_all_single", {input, output}, {output}, sig,
+        [gloo, in, out, output_splits, input_splits, opts]() mutable {
+          return gloo->alltoall_base(out, in, output_splits, input_splits, opts);
+        },
+        false, Lane::kCollective, "sends " + listOf(sends) + " elements and expects " + listOf(expects));
   }
 
   WorkPtr alltoall(Tensors& outputs, Tensors& inputs, const c10d::AllToAllOptions& opts) override {
@@ -282,32 +328,78 @@ class MtiaBackend final : public c10d::Backend {
     checkDevices(concat(inputs, outputs), "all_to_all");
     Signature sig = signature(OpType::ALLTOALL, {});
     sig[kDtype] = static_cast<int64_t>(inputs[0].scalar_type());
+    std::vector<int64_t> sends, expects;
+    for (int j = 0; j < getSize(); ++j) {
+      sends.push_back(inputs[j].numel());
+      expects.push_back(outputs[j].numel());
+    }
+    addTransfers(sig, getRank(), sends, expects);
     auto in = hostViews(inputs), out = hostViews(outputs);
     auto gloo = gloo_;
-    return issue(OpType::ALLTOALL, "all_to_all", concat(inputs, outputs), outputs, sig,
-                 [gloo, in, out, opts]() mutable { return gloo->alltoall(out, in, opts); });
+    return issue(
+        OpType::ALLTOALL, "all_to_all", concat(inputs, outputs), outputs, sig,
+        [gloo, in, out, opts]() mutable { return gloo->alltoall(out, in, opts); }, false, Lane::kCollective,
+        "sends " + listOf(sends) + " elements and expects " + listOf(expects));
   }
 
   // Point-to-point calls are not collective: no signature is exchanged. Sends
   // and receives have communication streams of their own, so that two ranks
   // that both send before they receive (batch_isend_irecv) do not wait on
   // each other; Gloo matches them by peer and tag, apart from collectives.
+  // Gloo aborts the process when a message is not the size its receiver
+  // posted, so each send first tells its size on the signature group; a
+  // receiver of another size takes the bytes into scratch memory, and answers
+  // every send with its own size: both ranks raise on a mismatch.
   WorkPtr send(Tensors& tensors, int dst, int tag) override {
     checkSame(tensors, "send");
     checkPeer(dst, "send");
+    TORCH_CHECK(tensors.size() == 1, "openmtia: send takes one tensor, got ", tensors.size());
     auto views = hostViews(tensors);
-    auto gloo = gloo_;
+    auto gloo = gloo_, check = check_;
+    int rank = getRank();
     return issue(OpType::SEND, "send", tensors, {}, std::nullopt,
-                 [gloo, views, dst, tag]() mutable { return gloo->send(views, dst, tag); }, false, Lane::kSend);
+                 [gloo, check, views, dst, tag, rank]() mutable {
+                   if (!check) return gloo->send(views, dst, tag);
+                   at::Tensor mine = messageHeader(views[0]), theirs = at::empty({kHeader}, at::kLong);
+                   Tensors h{mine}, a{theirs};
+                   check->send(h, dst, tag)->wait();
+                   gloo->send(views, dst, tag)->wait();
+                   check->recv(a, dst, tag)->wait();
+                   if (!sameSize(mine, theirs))
+                     throw std::runtime_error("openmtia: send/recv mismatch: rank " + std::to_string(rank) + " sent " +
+                                              describeHeader(mine) + " to rank " + std::to_string(dst) +
+                                              ", which receives " + describeHeader(theirs) + " (tag " +
+                                              std::to_string(tag) + ")");
+                   return WorkPtr();
+                 },
+                 false, Lane::kSend);
   }
 
   WorkPtr recv(Tensors& tensors, int src, int tag) override {
     checkSame(tensors, "recv");
     checkPeer(src, "recv");
+    TORCH_CHECK(tensors.size() == 1, "openmtia: recv takes one tensor, got ", tensors.size());
     auto views = hostViews(tensors);
-    auto gloo = gloo_;
+    auto gloo = gloo_, check = check_;
+    int rank = getRank();
     return issue(OpType::RECV, "recv", tensors, tensors, std::nullopt,
-                 [gloo, views, src, tag]() mutable { return gloo->recv(views, src, tag); }, false, Lane::kRecv);
+                 [gloo, check, views, src, tag, rank]() mutable {
+                   if (!check) return gloo->recv(views, src, tag);
+                   at::Tensor mine = messageHeader(views[0]), theirs = at::empty({kHeader}, at::kLong);
+                   Tensors h{theirs}, a{mine};
+                   check->recv(h, src, tag)->wait();
+                   bool same = sameSize(mine, theirs);
+                   Tensors into = same ? views : Tensors{at::empty({theirs.data_ptr<int64_t>()[0]}, at::kByte)};
+                   gloo->recv(into, src, tag)->wait();
+                   check->send(a, src, tag)->wait();
+                   if (!same)
+                     throw std::runtime_error("openmtia: send/recv mismatch: rank " + std::to_string(rank) +
+                                              " receives " + describeHeader(mine) + " from rank " +
+                                              std::to_string(src) + ", which sent " + describeHeader(theirs) +
+                                              " (tag " + std::to_string(tag) + ")");
+                   return WorkPtr();
+                 },
+                 false, Lane::kRecv);
   }
 
   WorkPtr barrier(const c10d::BarrierOptions& opts) override {
@@ -446,6 +538,26 @@ class MtiaBackend final : public c10d::Backend {
                 " splits add up to ", sum, ", its first dimension is ", t.dim() > 0 ? t.size(0) : 0);
   }
 
+  // A point-to-point message's size, sent ahead of it: bytes, elements, dtype.
+  static constexpr int64_t kHeader = 3;
+  static at::Tensor messageHeader(const at::Tensor& t) {
+    at::Tensor h = at::empty({kHeader}, at::kLong);
+    int64_t* p = h.data_ptr<int64_t>();
+    p[0] = static_cast<int64_t>(t.nbytes());
+    p[1] = t.numel();
+    p[2] = static_cast<int64_t>(t.scalar_type());
+    return h;
+  }
+  static bool sameSize(const at::Tensor& a, const at::Tensor& b) {
+    return a.data_ptr<int64_t>()[0] == b.data_ptr<int64_t>()[0];  // what Gloo requires
+  }
+  static std::string describeHeader(const at::Tensor& h) {
+    const int64_t* p = h.data_ptr<int64_t>();
+    std::ostringstream o;
+    o << p[1] << " elements of " << static_cast<c10::ScalarType>(p[2]) << " (" << p[0] << " bytes)";
+    return o.str();
+  }
+
   static void checkNoPremul(const c10d::ReduceOp& op, const char* what) {
     TORCH_CHECK(op.op_ != c10d::ReduceOp::PREMUL_SUM, "openmtia: ", what, " does not support PREMUL_SUM");
   }
@@ -472,19 +584,24 @@ class MtiaBackend final : public c10d::Backend {
   static std::string describeSig(const int64_t* s) {
     std::ostringstream o;
     o << c10d::opTypeToString(static_cast<OpType>(s[kOp]));
-    if (s[kDtype] >= 0) o << " on " << s[kNumel] << " elements of " << static_cast<c10::ScalarType>(s[kDtype]);
+    bool all_to_all = s[kOp] == static_cast<int64_t>(OpType::ALLTOALL_BASE) || s[kOp] == static_cast<int64_t>(OpType::ALLTOALL);
+    if (s[kDtype] >= 0 && all_to_all) o << " of " << static_cast<c10::ScalarType>(s[kDtype]);
+    else if (s[kDtype] >= 0) o << " on " << s[kNumel] << " elements of " << static_cast<c10::ScalarType>(s[kDtype]);
     if (s[kCount] > 1) o << " in " << s[kCount] << " tensors";
     if (s[kRoot] >= 0) o << ", root " << s[kRoot];
     return o.str();
   }
 
   // Every rank's signature, fetched by the task before the data moves.
-  static void compareSignatures(const at::Tensor& all, int size, int rank) {
+  static void compareSignatures(const at::Tensor& all, int size, int rank, const std::string& sizes) {
     const int64_t* rows = all.data_ptr<int64_t>();
     const int64_t* mine = rows + rank * kSig;
+    uint64_t sends = 0, expects = 0;
     for (int r = 0; r < size; ++r) {
       const int64_t* theirs = rows + r * kSig;
-      if (std::equal(mine, mine + kSig, theirs)) continue;
+      sends += static_cast<uint64_t>(theirs[kSends]);
+      expects += static_cast<uint64_t>(theirs[kExpects]);
+      if (std::equal(mine, mine + kSends, theirs)) continue;
       std::ostringstream o;
       o << "openmtia: collective mismatch at call " << mine[kSeq] << " of this process group: rank " << rank
         << " called " << describeSig(mine) << ", rank " << r << " called " << describeSig(theirs);
@@ -493,13 +610,19 @@ class MtiaBackend final : public c10d::Backend {
         o << " (with another reduce op)";
       throw std::runtime_error(o.str());
     }
+    if (sends != expects)
+      throw std::runtime_error(
+          "openmtia: collective mismatch at call " + std::to_string(mine[kSeq]) + " of this process group: " +
+          describeSig(mine) + " with sizes that disagree across ranks: what a rank sends to another must be what " +
+          "that one expects from it (all_to_all_single's input splits against its peers' output splits); rank " +
+          std::to_string(rank) + " " + sizes);
   }
 
   enum class Lane { kCollective, kSend, kRecv };
 
   WorkPtr issue(OpType type, const char* name, const Tensors& tensors, Tensors outputs,
                 std::optional<Signature> sig, std::function<WorkPtr()> run, bool host_wait = false,
-                Lane lane = Lane::kCollective) {
+                Lane lane = Lane::kCollective, std::string sizes = {}) {
     // The op checked its tensors (one device, mtia or CPU) and bound the rank's device.
     int dev = tensors.empty() || tensors[0].is_cpu() ? -1 : tensors[0].device().index();
     if (device_ < 0) bindDevice(boundIndex(currentDevice()));
@@ -537,11 +660,11 @@ class MtiaBackend final : public c10d::Backend {
     }
     int size = getSize(), rank = getRank();
     OMR_CALL(omr::launch(exec, stream, std::string("c10d:") + name,
-                         [op, run = std::move(run), check_work, all_sigs, size, rank] {
+                         [op, run = std::move(run), check_work, all_sigs, size, rank, sizes = std::move(sizes)] {
                            try {
                              if (check_work) {
                                check_work->wait();
-                               compareSignatures(all_sigs, size, rank);
+                               compareSignatures(all_sigs, size, rank, sizes);
                              }
                              WorkPtr w = run();
                              if (w) w->wait();

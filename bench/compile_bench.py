@@ -115,10 +115,16 @@ def small_op_model(device, mode):
 
 
 def reduce_overhead_row(repeats):
+    from openmtia.inductor import graphs
+
     torch._dynamo.reset()
+    graphs.reset_stats()
     modes = ("eager", "default", "reduce-overhead")
     t = measure({m: (small_op_model("mtia", m), on("mtia")) for m in modes}, repeats, 300)
     ratio = t["eager"] / t["reduce-overhead"]
+    # the row measures graph replays, not a silent eager fallback
+    if graphs.stats["recordings"] != 1 or graphs.stats["capture_failures"] or graphs.stats["replays"] < 300:
+        raise SystemExit(f"reduce-overhead did not replay one recorded graph: {dict(graphs.stats)}")
     print("\n| 8 Linear(32,32), batch 4, mtia | eager | compiled (default) | reduce-overhead | vs eager | target | met |")
     print("|---|---|---|---|---|---|---|")
     print(f"| forward, eval | {fmt(t['eager'])} | {fmt(t['default'])} | {fmt(t['reduce-overhead'])} | "

@@ -1,5 +1,11 @@
-import pytest
-import torch
+import os
+
+# a compiled graph that fails to record under mode="reduce-overhead" is an
+# error in tests, never a silent eager run (openmtia/inductor/graphs.py)
+os.environ["OPENMTIA_GRAPH_CAPTURE_STRICT"] = "1"
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

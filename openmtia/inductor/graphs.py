@@ -16,9 +16,17 @@ for graphs and the graph runs on one mtia device only, wraps its callable in a
   returns the outputs copied out of the graph's memory (so results held across
   calls are never overwritten by the next replay);
 - a new signature (a new batch size, a parameter replaced) records a new graph;
-- a graph that cannot be captured (a host sync inside, say) runs without one,
-  with a warning.
+- a graph that cannot be captured (a host sync inside, or an op that must run
+  synchronously) runs without one, with a warning; any other error while
+  recording is raised. With OPENMTIA_GRAPH_CAPTURE_STRICT=1 (the test suite
+  sets it) a capture that fails for any reason is raised too.
+
+`stats` counts warm-ups, recordings, replays and capture failures, so tests can
+check that a graph was recorded and replayed rather than silently run eagerly.
 """
+import collections
+import os
+import re
 import warnings
 
 import torch
@@ -29,6 +37,21 @@ from torch._inductor.output_code import CompiledFxGraph
 from .. import _C
 
 _FAILED = object()
+
+# warmups, recordings, replays, capture_failures (since import or reset_stats())
+stats = collections.Counter()
+
+# what the runtime and the fallback say when work cannot be captured
+_CANNOT_CAPTURE = re.compile(r"not permitted while .* is being captured|cannot be captured into an MTIAGraph")
+
+
+def strict():
+    """True: a failed capture raises instead of running without a graph."""
+    return os.environ.get("OPENMTIA_GRAPH_CAPTURE_STRICT", "0") == "1"
+
+
+def reset_stats():
+    stats.clear()
 
 
 class _Recording:
@@ -74,6 +97,7 @@ class GraphReplayer:
     def __init__(self, model, static_idxs, mutated_idxs, device):
         self.model = model
         self.static_idxs = frozenset(static_idxs)
+        self.static_ptrs = {}  # a static input's address at its first call
         self.mutated_idxs = tuple(mutated_idxs)
         self.device = device
         self.warm = set()
@@ -89,25 +113,50 @@ class GraphReplayer:
                 key.append(x)
         return tuple(key)
 
+    def _demote_moved_static_inputs(self, inputs):
+        # Inductor calls a backward graph's saved activations static, as they
+        # are under CUDA graph trees, whose forward outputs stay in the graph's
+        # pool. Here a replay's outputs are copied out, so they move at every
+        # step: an input called static whose address changes is copied in like
+        # any other, and the recordings keyed on its old address are dropped.
+        moved = set()
+        for i in self.static_idxs:
+            x = inputs[i]
+            if isinstance(x, torch.Tensor) and self.static_ptrs.setdefault(i, x.data_ptr()) != x.data_ptr():
+                moved.add(i)
+        if moved:
+            self.static_idxs = self.static_idxs - moved
+            self.recordings.clear()
+            self.warm.clear()
+            self.last = None
+
     def __call__(self, inputs):
         last = self.last
         if last is not None and last.io is not None and last.io.copy_in(inputs):
+            stats["replays"] += 1
             return last.finish(inputs)  # the common case: same signature as the previous call
+        self._demote_moved_static_inputs(inputs)
         key = self._key(inputs)
         recording = self.recordings.get(key)
         if recording is None:
             if key not in self.warm or _C._is_capturing(self.device.index):
                 self.warm.add(key)
+                stats["warmups"] += 1
                 return self.model(inputs)
             try:
                 recording = _Recording(self.model, inputs, self.static_idxs, self.mutated_idxs, self.device)
-            except Exception as e:  # noqa: BLE001 - any capture failure means: run without a graph
+                stats["recordings"] += 1
+            except RuntimeError as e:
+                if strict() or not _CANNOT_CAPTURE.search(str(e)):
+                    raise
+                stats["capture_failures"] += 1
                 warnings.warn(f"openmtia: running a compiled graph without MTIAGraph replay: capture failed: {e}")
                 recording = _FAILED
             self.recordings[key] = recording
         if recording is _FAILED:
             return self.model(inputs)
         self.last = recording
+        stats["replays"] += 1
         return recording.replay(inputs)
 
 

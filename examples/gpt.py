@@ -14,6 +14,7 @@ model must give the same answers.
     python examples/gpt.py --compile        # torch.compile'd model
 """
 import argparse
+import json
 import math
 import os
 import sys
@@ -134,17 +135,23 @@ def train(args, device, steps, verbose=True, seed=0):
     train_texts, held = make_data(seed)
     model = GPT(width=args.width, layers=args.layers).to(device)
     rank, world = (dist.get_rank(), dist.get_world_size()) if args.ddp else (0, 1)
+    # one process can train as `shares` DDP ranks would: the mean of the
+    # shares' losses has the gradient DDP averages across ranks
+    shares = 1 if args.ddp else getattr(args, "shares", 1)
     net = torch.nn.parallel.DistributedDataParallel(model) if args.ddp else model
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
     fwd = torch.compile(net) if args.compile else net
     dev_type = torch.device(device).type
 
     def forward_backward(x, y):
-        with torch.autocast(dev_type, dtype=torch.bfloat16, enabled=args.bf16, cache_enabled=not args.graphs):
-            logits = fwd(x)
-        loss = F.cross_entropy(logits.float().view(-1, logits.shape[-1]), y.view(-1), ignore_index=-100)
-        loss.backward()
-        return loss.detach()
+        total = 0
+        for xs, ys in zip(x.chunk(shares), y.chunk(shares)):
+            with torch.autocast(dev_type, dtype=torch.bfloat16, enabled=args.bf16, cache_enabled=not args.graphs):
+                logits = fwd(xs)
+            loss = F.cross_entropy(logits.float().view(-1, logits.shape[-1]), ys.view(-1), ignore_index=-100)
+            (loss / shares).backward()
+            total = total + loss.detach() / shares
+        return total
 
     def update():
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -226,6 +233,7 @@ def main():
     p.add_argument("--graphs", action="store_true", help="capture the train step in an MTIAGraph and replay it")
     p.add_argument("--check", action="store_true", help="also run a short fixed-seed CPU twin (float32): "
                    "fail if the mtia losses differ")
+    p.add_argument("--losses-json", help="also write the per-step losses to this file")
     p.add_argument("--png", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "loss.png"))
     args = p.parse_args()
     args.ddp = int(os.environ.get("WORLD_SIZE", "1")) > 1
@@ -246,6 +254,9 @@ def main():
         print(f"torch {torch.__version__}; device {device}; GPT {args.layers} layers, width {args.width}, "
               f"bf16 autocast {'on' if args.bf16 else 'off'}{mode}")
     model, losses, times, held, extra = train(args, device, args.steps)
+    if args.losses_json and (not args.ddp or dist.get_rank() == 0):
+        with open(args.losses_json, "w") as f:
+            json.dump(losses, f)
     if args.ddp:
         rank = dist.get_rank()
         dist.destroy_process_group()

@@ -1,6 +1,7 @@
 """The main job (examples/gpt.py): its execution modes against eager, and a short run end to end."""
 import argparse
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -17,7 +18,7 @@ spec.loader.exec_module(gpt)
 
 def losses(device, steps=12, **mode):
     args = argparse.Namespace(batch_size=16, width=64, layers=2, lr=3e-3, bf16=False, compile=False, graphs=False,
-                              ddp=False)
+                              ddp=False, shares=1)
     for k, v in mode.items():
         setattr(args, k, v)
     _, out, _, _, extra = gpt.train(args, torch.device(device), steps, verbose=False)
@@ -61,10 +62,19 @@ def test_short_run_end_to_end(tmp_path):
     assert png.exists() and png.stat().st_size > 1000
 
 
-def test_ddp_under_torchrun():
+def test_ddp_under_torchrun_equals_one_cpu_process(tmp_path):
+    record = tmp_path / "losses.json"
     out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                          GPT, "--steps", "10", "--width", "64", "--layers", "2"],
+                          GPT, "--steps", "10", "--width", "64", "--layers", "2", "--batch-size", "16", "--no-bf16",
+                          "--losses-json", str(record)],
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "DDP: 2 ranks, backend openmtia" in out.stdout and "answers equal" in out.stdout, out.stdout
     assert "Time stats are currently only collected" not in out.stderr  # DDP times mtia steps too
+    # the same 10 steps in one CPU process, each batch's loss the mean of the two ranks' halves
+    ddp = json.loads(record.read_text())
+    cpu, _ = losses("cpu", steps=10, shares=2)
+    assert len(ddp) == 10 and max(abs(a - b) for a, b in zip(ddp, cpu)) < 1e-4, (ddp, cpu)
+    # and not what one process training on whole batches gives
+    whole, _ = losses("cpu", steps=10)
+    assert max(abs(a - b) for a, b in zip(ddp, whole)) > 1e-3, (ddp, whole)

@@ -205,6 +205,9 @@ class HostCall {
     }
     for (auto& [impl, p] : by_impl_) {
       const at::Tensor& h = p.host;
+      // an out= kernel may also set its output's conj or neg bit (linalg_lu_solve(left=False) does)
+      p.device._set_conj(h.is_conj());
+      p.device._set_neg(h.is_neg());
       if (h.sizes().equals(p.device.sizes()) && h.strides().equals(p.device.strides()) &&
           h.storage_offset() == p.device.storage_offset())
         continue;
@@ -469,7 +472,7 @@ void finish(Plan& plan, const c10::OperatorHandle& op) {
 // then what follows from its outputs (finish).
 void complete(Plan& plan, const std::vector<at::Tensor>& after, const std::vector<Plan::Meta>& before,
               const c10::OperatorHandle& op) {
-  for (size_t k = 0; k < after.size(); ++k) {  // out= tensors the op resized
+  for (size_t k = 0; k < after.size(); ++k) {  // out= tensors the op resized (or whose conj/neg bit it set)
     const at::Tensor& t = after[k];
     if (!t.defined() || sameMeta(t, before[k])) continue;
     Plan::Meta m = metaOf(t);
@@ -723,6 +726,12 @@ class AsyncCall {
       } else {
         toHost(args[i]);
       }
+    }
+    // a conj or neg bit the kernel sets on an out= tensor: on the device
+    // tensor, not on the host view the kernel gets (it sets it there itself)
+    for (const auto& [k, m] : plan->resized) {
+      flat[k]._set_conj(m.conj);
+      flat[k]._set_neg(m.neg);
     }
     int64_t work = workElements(args);
     for (auto& [slot, out] : outs) work += out.numel();
@@ -1103,10 +1112,13 @@ TORCH_LIBRARY_IMPL(_, MTIA, m) { m.fallback(torch::CppFunction::makeFromBoxedFun
 // decomposition (e.g. math_group_norm) whose low-precision results differ from
 // CPU's. Run the CPU kernel instead. (tests/test_ops.py checks this list is
 // complete for the installed torch.) Also composite kernels that reject
-// devices other than CPU/CUDA/XPU (mode.values), found by conformance/.
+// devices other than CPU/CUDA/XPU (mode.values), or that call a CPU/CUDA
+// DispatchStub directly ("DispatchStub: missing kernel for mtia":
+// conj_physical_, which torch.svd(out=) of complex inputs calls), found by
+// conformance/.
 const char* const kCpuKernelOverComposite[] = {
     "_stack", "_stack.out", "addr", "addr.out",
-    "all.dims", "all.dims_out", "any.dims", "any.dims_out", "linalg__powsum", "native_group_norm",
+    "all.dims", "all.dims_out", "any.dims", "any.dims_out", "conj_physical_", "linalg__powsum", "native_group_norm",
     "native_layer_norm", "mode.values", "narrow_copy", "pixel_shuffle", "pixel_unshuffle"};
 
 int64_t stagedResultCount() { return stagedResults().load(); }

@@ -20,7 +20,8 @@ Plan::Meta metaOf(const at::Tensor& t) {
 }
 
 bool sameMeta(const at::Tensor& t, const Plan::Meta& m) {
-  return t.sizes().equals(m.sizes) && t.strides().equals(m.strides) && t.storage_offset() == m.offset;
+  return t.sizes().equals(m.sizes) && t.strides().equals(m.strides) && t.storage_offset() == m.offset &&
+         t.is_conj() == m.conj && t.is_neg() == m.neg;
 }
 
 namespace {

@@ -72,3 +72,22 @@ def test_failed_factorizations_raise_at_the_call_like_cpu(call):
             call("mtia")
         assert str(mtia.value) == str(cpu.value)
     torch.mtia.synchronize()
+
+
+def test_an_out_kernel_that_sets_its_outputs_conj_bit_sets_the_device_tensors():
+    # linalg_lu_solve(left=False) solves with a conjugate view of its out=
+    # tensor and leaves the conj bit set on it (CPU's out tensor has it after
+    # the call): the mtia out tensor must carry it too, at the first call and
+    # later ones (the bytes alone are the conjugate of the answer)
+    torch.manual_seed(0)
+    A = torch.randn(3, 3, dtype=torch.complex64)
+    LU, piv = torch.linalg.lu_factor(A)
+    for n in (4, 4, 2):  # a first call, a planned one, another signature
+        B = torch.randn(n, 3, dtype=torch.complex64)
+        want = torch.empty(n, 3, dtype=torch.complex64)
+        torch.linalg.lu_solve(LU, piv, B, left=False, out=want)
+        got = torch.empty(n, 3, dtype=torch.complex64, device="mtia")
+        torch.linalg.lu_solve(LU.to("mtia"), piv.to("mtia"), B.to("mtia"), left=False, out=got)
+        assert got.is_conj() == want.is_conj() == True  # noqa: E712
+        torch.testing.assert_close(got.cpu(), want)
+        torch.testing.assert_close(got.cpu() @ A, B)

@@ -252,3 +252,89 @@ def test_fill_of_a_tensor_with_overlapping_elements_like_cpu():
         strided("cpu").fill_(torch.tensor(3.0))
     with pytest.raises(RuntimeError, match="more than one element of the written-to tensor refers to a single"):
         strided("mtia").fill_(torch.tensor(3.0, device="mtia"))
+
+
+def test_composite_kernels_that_call_a_dispatch_stub_run_cpus_kernel():
+    # conj_physical_'s only dense kernel is CompositeExplicitAutograd, which
+    # calls conj_physical_stub for the tensor's device: "DispatchStub: missing
+    # kernel for mtia" before; torch.svd(out=) of complex input calls it
+    x = torch.randn(5, dtype=torch.complex64)
+    m = x.to("mtia")
+    m.conj_physical_()
+    assert torch.equal(m.cpu(), x.conj_physical())
+    a = torch.randn(4, 3, dtype=torch.complex128)
+    u, s, v = torch.svd(a)
+    outs = tuple(torch.empty_like(t, device="mtia") for t in (u, s, v))
+    torch.svd(a.to("mtia"), out=outs)
+    for got, want in zip(outs, (u, s, v)):
+        torch.testing.assert_close(got.cpu(), want)
+
+
+def test_empty_complex_random_out_compares_equal():
+    from torch.testing._internal.common_utils import TestCase
+    a = torch.rand(0, 0, dtype=torch.complex128, device="mtia")
+    out = torch.empty(0, 0, dtype=torch.complex128, device="mtia")
+    torch.rand((0, 0), out=out)
+    TestCase().assertEqual(a, out)
+    assert a.dtype == out.dtype == torch.complex128 and a.shape == out.shape == (0, 0)
+
+
+def test_complex32_arithmetic_with_python_numbers_equals_cpu_bitwise():
+    import warnings
+    warnings.simplefilter("ignore")  # ComplexHalf is experimental
+    torch.manual_seed(0)
+    x = torch.randn(6, dtype=torch.complex64).to(torch.complex32)
+    m = x.to("mtia")
+    for s in (1.5, 2.5 + 1j, -1j, 3, 0.5 - 0.25j, 1e4 + 1e4j):
+        for alpha in (1, 2, 0.5):
+            for f in (torch.sub, torch.add):
+                want, got = f(x, s, alpha=alpha), f(m, s, alpha=alpha).cpu()
+                assert got.dtype == want.dtype == torch.complex32
+                assert torch.equal(torch.view_as_real(got), torch.view_as_real(want)), (f, s, alpha)
+        want, got = x - s, (m - s).cpu()
+        assert torch.equal(torch.view_as_real(got), torch.view_as_real(want)), s
+
+
+@pytest.mark.parametrize("name", ["fmod", "remainder"])
+def test_fmod_and_remainder_equal_cpu_on_extremal_large_and_small_values(name):
+    import torch.testing._internal.opinfo.core as core
+    from torch.testing._internal.common_methods_invocations import op_db
+    op = next(o for o in op_db if o.name == name)
+    n = 0
+    for gen in (core.generate_elementwise_binary_extremal_value_tensors,
+                core.generate_elementwise_binary_large_value_tensors,
+                core.generate_elementwise_binary_small_value_tensors,
+                core.generate_elementwise_binary_tensors):
+        for s in gen(op, device="cpu", dtype=torch.float32, requires_grad=False):
+            a, b = s.input, s.args[0]
+            want = op(a, b)
+            for _ in range(2):  # a first call, then a planned one
+                got = op(a.to("mtia"), b.to("mtia")).cpu()
+                torch.testing.assert_close(got, want, equal_nan=True, atol=0, rtol=0)
+            n += 1
+    assert n >= 10
+    # a large shape (vectorized loops, scalar tails, every kernel thread) with
+    # extremal values mixed in: ±0, tiny, subnormal, huge, ±inf, NaN
+    g = torch.Generator().manual_seed(0)
+    special = torch.tensor([0.0, -0.0, 1e-38, 1e-45, -1e-45, 3e38, -3e38, float("inf"), float("-inf"), float("nan"),
+                            1.0, -1.0, 7.5, -7.5])
+    def mixed():
+        x = torch.randn(1031, 915, generator=g) * torch.logspace(-20, 20, 915)
+        pick = torch.rand(1031, 915, generator=g) < 0.1
+        return torch.where(pick, special[torch.randint(0, len(special), (1031, 915), generator=g)], x)
+    a, b = mixed(), mixed()
+    want = op(a, b)
+    for _ in range(2):
+        torch.testing.assert_close(op(a.to("mtia"), b.to("mtia")).cpu(), want, equal_nan=True, atol=0, rtol=0)
+
+
+def test_pow_of_half_by_a_complex_number_raises_like_cpu():
+    # CPU's pow kernel has no ComplexHalf (the result dtype of half ** complex):
+    # CPU raises, and mtia, which runs CPU's kernel, raises the same at the call
+    x = torch.randn(4, dtype=torch.half)
+    for f in (lambda t: torch.pow(t, 2.5j), lambda t: t ** 2.5j, lambda t: torch.pow(2.5j, t)):
+        with pytest.raises(NotImplementedError, match="\"pow\" not implemented for 'ComplexHalf'"):
+            f(x)
+        with pytest.raises(NotImplementedError, match="\"pow\" not implemented for 'ComplexHalf'"):
+            f(x.to("mtia"))
+    assert (x.to("mtia") + 1).sum().item() == pytest.approx((x + 1).sum().item())  # usable after

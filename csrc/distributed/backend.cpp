@@ -19,6 +19,8 @@
 #include <ATen/ATen.h>
 #include <c10/util/hash.h>
 
+#include <cxxabi.h>
+
 #include <array>
 #include <sstream>
 
@@ -669,6 +671,8 @@ class MtiaBackend final : public c10d::Backend {
                              WorkPtr w = run();
                              if (w) w->wait();
                              op->finish(nullptr);
+                           } catch (abi::__forced_unwind&) {
+                             throw;  // the thread is being ended (see the stream worker's loop)
                            } catch (...) {
                              // reported through the Work (wait, future), not as the stream's error
                              op->finish(std::current_exception());

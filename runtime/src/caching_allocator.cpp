@@ -226,7 +226,28 @@ CachingAllocator::CachingAllocator(int device, CacheConfig config) : impl_(new I
   impl_->stats.max_split_size = config.max_split_size == SIZE_MAX ? -1 : static_cast<int64_t>(config.max_split_size);
 }
 
-CachingAllocator::~CachingAllocator() = default;  // the runtime lives for the whole process
+// Returns every segment to the device, in use or not. (The framework's
+// allocators live for the whole process and never get here; an allocator of
+// shorter life, as in the runtime's tests, must not leak device memory.)
+CachingAllocator::~CachingAllocator() {
+  Impl& m = *impl_;
+  try {
+    deviceWaitIdle(m.device);  // queued work may still use the memory
+  } catch (const Error&) {
+    // a failed task's error belongs to its stream's next sync, not here
+  }
+  for (auto& [b, events] : m.pending)
+    for (Event* e : events) eventDestroy(e);
+  for (Block* head : m.segments) {
+    void* p = head->ptr;
+    for (Block* b = head; b;) {
+      Block* next = b->next;
+      delete b;
+      b = next;
+    }
+    deviceFree(m.device, p);
+  }
+}
 
 size_t CachingAllocator::roundSize(size_t size) {
   return size < kMinBlockSize ? kMinBlockSize : (size + kMinBlockSize - 1) / kMinBlockSize * kMinBlockSize;

@@ -1,6 +1,8 @@
 // Host-CPU emulation of the openmtia device runtime (see openmtia/runtime.h).
 #include "openmtia/runtime.h"
 
+#include <cxxabi.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -167,6 +169,11 @@ struct Stream {
         int64_t start_ns = sink ? unixNowNs() : 0;
         try {
           e->fn();
+        } catch (abi::__forced_unwind&) {
+          // the thread is being ended (a task that took the GIL while Python
+          // finalizes gets pthread_exit): let the unwinding through, or the
+          // process aborts ("FATAL: exception not rethrown")
+          throw;
         } catch (const std::exception& ex) {
           failed = true;
           err = ex.what();

@@ -12,6 +12,7 @@ cmake --build build/runtime-tests
 ctest --test-dir build/runtime-tests --output-on-failure -j2
 
 echo "== pytest"
-# No test may hang CI: each has 600 s (pytest-timeout; the longest, the full
-# conformance run, takes about 190 s on 2 cores), the whole run 40 minutes.
+# No test may hang CI: each has 600 s (pytest-timeout), but the full
+# conformance run, 1800 s (it takes about 8 minutes on 2 cores); the whole
+# run 40 minutes.
 timeout -k 30 2400 .venv/bin/python -m pytest tests -q -p timeout --timeout=600 --timeout-method=thread "$@"

@@ -10,12 +10,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.timeout(1800)  # (the suite's default is 600 s a test)
 def test_conformance_full_run(tmp_path):
     r = subprocess.run([sys.executable, str(ROOT / "conformance" / "run.py"), "--out", str(tmp_path)],
-                       capture_output=True, text=True, timeout=1200)
+                       capture_output=True, text=True, timeout=1700)
     print(r.stdout[-5000:])
     assert r.returncode == 0, r.stdout[-5000:] + r.stderr[-3000:]
     results = json.loads((tmp_path / "results.json").read_text())

@@ -26,6 +26,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import torch
 
@@ -124,6 +125,7 @@ def measure(name, device):
     kept = run()
     sync(device)
     gc.collect()
+    time.sleep(0.05)  # (an idle mtia worker returns its free heap memory after 5 ms)
     after = rss_mib()
     del kept
     return after - before

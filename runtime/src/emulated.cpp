@@ -2,6 +2,7 @@
 #include "openmtia/runtime.h"
 
 #include <cxxabi.h>
+#include <malloc.h>
 
 #include <algorithm>
 #include <atomic>
@@ -26,6 +27,7 @@ using Clock = std::chrono::steady_clock;
 constexpr size_t kAlignment = 256;
 constexpr int kStreamsPerDevice = 1 + 2 * kPoolSize;
 constexpr int kSpinMicros = 50;  // how long an idle worker polls before sleeping
+constexpr int kTrimAfterMillis = 5;  // how long a worker idles before it returns free heap memory
 constexpr size_t kDefaultQueueDepth = 1024;
 
 std::atomic<bool> g_used{false};      // a stream was started or device memory allocated
@@ -158,10 +160,18 @@ struct Stream {
           while (enqueued_seen.load(std::memory_order_acquire) == seen && Clock::now() < until)
             std::this_thread::yield();
           lk.lock();
+          // idle for kTrimAfterMillis after running tasks: return the free heap memory
+          if (ran_since_trim &&
+              !cv_work.wait_for(lk, std::chrono::milliseconds(kTrimAfterMillis), [this] { return started < enqueued; })) {
+            lk.unlock();
+            trimHeap();
+            lk.lock();
+          }
         }
         cv_work.wait(lk, [this] { return started < enqueued; });
         for (; started < enqueued; ++started) batch.push_back(&queue[started - popped]);
       }
+      ran_since_trim = true;
       for (Entry* e : batch) {
         std::string err;
         bool failed = false;
@@ -201,6 +211,20 @@ struct Stream {
       }
       batch.clear();
     }
+  }
+  // Idle a while after running tasks: hands the free memory of the heap
+  // arenas back to the system. The tasks' CPU kernels allocate their
+  // temporaries on this thread and its OpenMP team, whose glibc arenas keep
+  // what they free (fragmented, it is never trimmed by itself): a transformer
+  // over 200 new lengths grew the process by 50-140 MiB, CPU PyTorch by
+  // 17-31, this by 20. A sync in every step does not trim at every step: only
+  // an idle worker (kTrimAfterMillis) does.
+  bool ran_since_trim = false;  // (the worker's own)
+  void trimHeap() {
+    ran_since_trim = false;
+#ifdef __GLIBC__
+    malloc_trim(0);
+#endif
   }
   // Destroys finished tasks on the calling (host) thread.
   void drain() {

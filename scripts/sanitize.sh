@@ -38,6 +38,11 @@ if [ "$kind" = address ]; then
   export PYTHONMALLOC=malloc  # Python's allocations visible to ASan
 else
   preload="$(gcc -print-file-name=libtsan.so)"
+  # torch's OpenMP runtime (libgomp) is not built with TSan: the barriers of
+  # its parallel regions are invisible, and every kernel that hands a stack
+  # object to its team reads as a race. One kernel thread: the races between
+  # openmtia's threads (host, stream workers, autograd, c10d) stay visible.
+  export OMP_NUM_THREADS=1
   export TSAN_OPTIONS="log_path=$logs/tsan:halt_on_error=0:report_signal_unsafe=0:suppressions=$sup/tsan.supp"
 fi
 

@@ -64,14 +64,6 @@ void addTransfers(Signature& sig, int rank, const std::vector<int64_t>& sends, c
   sig[kExpects] = static_cast<int64_t>(e);
 }
 
-std::string listOf(const std::vector<int64_t>& v) {
-  std::ostringstream o;
-  o << "[";
-  for (size_t i = 0; i < v.size(); ++i) o << (i ? ", " : "") << v[i];
-  o << "]";
-  return o.str();
-}
-
 Tensors hostViews(const Tensors& ts) {
   Tensors out;
   out.reserve(ts.size());
@@ -320,7 +312,7 @@ class MtiaBackend final : public c10d::Backend {
         [gloo, in, out, output_splits, input_splits, opts]() mutable {
           return gloo->alltoall_base(out, in, output_splits, input_splits, opts);
         },
-        false, Lane::kCollective, "sends " + listOf(sends) + " elements and expects " + listOf(expects));
+        false, Lane::kCollective, c10::str("sends ", c10::IntArrayRef(sends), " elements and expects ", c10::IntArrayRef(expects)));
   }
 
   WorkPtr alltoall(Tensors& outputs, Tensors& inputs, const c10d::AllToAllOptions& opts) override {
@@ -341,7 +333,7 @@ class MtiaBackend final : public c10d::Backend {
     return issue(
         OpType::ALLTOALL, "all_to_all", concat(inputs, outputs), outputs, sig,
         [gloo, in, out, opts]() mutable { return gloo->alltoall(out, in, opts); }, false, Lane::kCollective,
-        "sends " + listOf(sends) + " elements and expects " + listOf(expects));
+        c10::str("sends ", c10::IntArrayRef(sends), " elements and expects ", c10::IntArrayRef(expects)));
   }
 
   // Point-to-point calls are not collective: no signature is exchanged. Sends

@@ -31,6 +31,9 @@ constexpr int kTrimAfterMillis = 5;  // how long a worker idles before it return
 constexpr size_t kDefaultQueueDepth = 1024;
 
 std::atomic<bool> g_used{false};      // a stream was started or device memory allocated
+// when a worker last trimmed the heap (malloc_trim trims every arena of the
+// process: one idle worker's trim serves the others that ran before it)
+std::atomic<int64_t> g_last_trim_ns{0};
 std::atomic<bool> g_bad_fork{false};  // this process was forked after g_used
 std::atomic<WaitHook> g_wait_hook{nullptr};
 
@@ -161,7 +164,7 @@ struct Stream {
             std::this_thread::yield();
           lk.lock();
           // idle for kTrimAfterMillis after running tasks: return the free heap memory
-          if (ran_since_trim &&
+          if (ran_ns > g_last_trim_ns.load() &&
               !cv_work.wait_for(lk, std::chrono::milliseconds(kTrimAfterMillis), [this] { return started < enqueued; })) {
             lk.unlock();
             trimHeap();
@@ -171,7 +174,6 @@ struct Stream {
         cv_work.wait(lk, [this] { return started < enqueued; });
         for (; started < enqueued; ++started) batch.push_back(&queue[started - popped]);
       }
-      ran_since_trim = true;
       for (Entry* e : batch) {
         std::string err;
         bool failed = false;
@@ -210,6 +212,7 @@ struct Stream {
         }
       }
       batch.clear();
+      ran_ns = Clock::now().time_since_epoch().count();
     }
   }
   // Idle a while after running tasks: hands the free memory of the heap
@@ -218,10 +221,11 @@ struct Stream {
   // what they free (fragmented, it is never trimmed by itself): a transformer
   // over 200 new lengths grew the process by 50-140 MiB, CPU PyTorch by
   // 17-31, this by 20. A sync in every step does not trim at every step: only
-  // an idle worker (kTrimAfterMillis) does.
-  bool ran_since_trim = false;  // (the worker's own)
+  // an idle worker (kTrimAfterMillis) does, unless another one trimmed since
+  // this one last ran tasks.
+  int64_t ran_ns = 0;  // when this worker last finished tasks (its own)
   void trimHeap() {
-    ran_since_trim = false;
+    g_last_trim_ns.store(Clock::now().time_since_epoch().count());
 #ifdef __GLIBC__
     malloc_trim(0);
 #endif

@@ -16,7 +16,7 @@
 namespace py = pybind11;
 
 namespace openmtia {
-void initAutogradExitBindings(py::module& m);  // autograd_exit.cpp
+void initProcessExitBindings(py::module& m);  // process_exit.cpp
 void initCompileBindings(py::module& m);      // compile/kernels.cpp
 void initGraphReplayBindings(py::module& m);  // compile/graph_replay.cpp
 namespace dist {
@@ -108,7 +108,7 @@ PYBIND11_MODULE(_C, m) {
       out[i] = py::reinterpret_steal<py::object>(THPGenerator_initDefaultGenerator(openmtia::defaultGenerator(i)));
     return out;
   });
-  openmtia::initAutogradExitBindings(m);
+  openmtia::initProcessExitBindings(m);
   openmtia::initCompileBindings(m);
   openmtia::initGraphReplayBindings(m);
   openmtia::dist::initDistributedBindings(m);

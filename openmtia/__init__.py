@@ -47,26 +47,36 @@ def _capture_on_a_dedicated_stream():
 _capture_on_a_dedicated_stream()
 
 
-def _settle_autograd_at_exit():
-    # Before Python finalizes: autograd's device threads must not hold the last
-    # reference to a graph task (it holds Python objects), or the process
-    # aborts at exit (csrc/autograd_exit.cpp). Only if backward ever used them.
+def _autograd_device_threads_started():
     try:
         tasks = os.listdir("/proc/self/task")
     except OSError:
-        tasks = []
+        return False
     for t in tasks:
         try:
             with open(f"/proc/self/task/{t}/comm") as f:
-                started = f.read().startswith("pt_autograd_")
+                if f.read().startswith("pt_autograd_"):
+                    return True
         except OSError:
             continue  # that thread has ended
-        if started:
-            _C._settle_autograd_device_threads()
-            return
+    return False
 
 
-atexit.register(_settle_autograd_at_exit)
+def _at_exit():
+    # Before Python finalizes (csrc/process_exit.cpp). Registered at import, so
+    # it runs after the atexit handlers of code that imported torch.
+    # 1. Autograd's device threads must not hold the last reference to a graph
+    #    task (it holds Python objects), or the process aborts at exit. Only if
+    #    backward ever used them.
+    if _autograd_device_threads_started():
+        _C._settle_autograd_device_threads()
+    # 2. Every task launched so far runs, then the stream workers end: none may
+    #    run while the interpreter and C++ static destructors tear down what
+    #    tasks use. Later launches run on the launching thread.
+    _C._stop_device_workers()
+
+
+atexit.register(_at_exit)
 
 from . import inductor as _inductor  # noqa: E402
 

@@ -35,6 +35,7 @@ std::atomic<bool> g_used{false};      // a stream was started or device memory a
 // process: one idle worker's trim serves the others that ran before it)
 std::atomic<int64_t> g_last_trim_ns{0};
 std::atomic<bool> g_bad_fork{false};  // this process was forked after g_used
+std::atomic<bool> g_workers_stopped{false};  // stopWorkers() ran: tasks run inline
 std::atomic<WaitHook> g_wait_hook{nullptr};
 
 void checkNotForked() {
@@ -100,7 +101,6 @@ struct EventState {
   bool timing = false;
   int device = -1;
   StreamId stream = 0;
-  uint64_t target = 0;      // the stream's completion count that marks the last record
   uint64_t version = 0;     // number of records
   uint64_t done_version = 0;
   Clock::time_point time;   // when the last record was reached
@@ -140,21 +140,41 @@ struct Stream {
                                              " stream " + std::to_string(id) + " is being captured into a graph");
   }
 
+  // After stopWorkers(): no worker; every task runs on the thread that
+  // launches it, before the launch returns (in launch order: inline_mu).
+  bool inline_mode = false;  // under mu
+  bool stop = false;         // under mu: the worker ends once its queue is empty
+  std::recursive_mutex inline_mu;
+
   void start() {
+    if (g_workers_stopped.load()) {
+      inline_mode = true;
+      return;
+    }
     worker = std::thread([this] {
       // named for debuggers and profilers: mtia<device>s<stream>
       std::string name = "mtia" + std::to_string(device) + "s" + std::to_string(id);
       pthread_setname_np(pthread_self(), name.c_str());
       run();
     });
-    worker.detach();  // the runtime lives for the whole process
+  }
+  // Runs everything launched so far, then ends the worker (stopWorkers()).
+  void stopWorker() {
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      if (!worker.joinable()) return;
+      stop = true;
+      cv_work.notify_one();
+    }
+    worker.join();
+    drain();
   }
   void run() {
     std::vector<Entry*> batch;
     for (;;) {
       {
         std::unique_lock<std::mutex> lk(mu);
-        if (started == enqueued) {
+        if (started == enqueued && !stop) {
           // Launches often come in bursts: poll briefly before sleeping, so the
           // next task does not pay for waking a sleeping thread.
           uint64_t seen = started;
@@ -165,54 +185,62 @@ struct Stream {
           lk.lock();
           // idle for kTrimAfterMillis after running tasks: return the free heap memory
           if (ran_ns > g_last_trim_ns.load() &&
-              !cv_work.wait_for(lk, std::chrono::milliseconds(kTrimAfterMillis), [this] { return started < enqueued; })) {
+              !cv_work.wait_for(lk, std::chrono::milliseconds(kTrimAfterMillis),
+                                [this] { return started < enqueued || stop; })) {
             lk.unlock();
             trimHeap();
             lk.lock();
           }
         }
-        cv_work.wait(lk, [this] { return started < enqueued; });
+        cv_work.wait(lk, [this] { return started < enqueued || stop; });
+        if (started == enqueued) {  // stopped, and every task ran
+          inline_mode = true;
+          return;
+        }
         for (; started < enqueued; ++started) batch.push_back(&queue[started - popped]);
       }
-      for (Entry* e : batch) {
-        std::string err;
-        bool failed = false;
-        TraceSink sink = g_trace_sink.load(std::memory_order_relaxed);
-        int64_t start_ns = sink ? unixNowNs() : 0;
-        try {
-          e->fn();
-        } catch (abi::__forced_unwind&) {
-          // the thread is being ended (a task that took the GIL while Python
-          // finalizes gets pthread_exit): let the unwinding through, or the
-          // process aborts ("FATAL: exception not rethrown")
-          throw;
-        } catch (const std::exception& ex) {
-          failed = true;
-          err = ex.what();
-        } catch (...) {
-          failed = true;
-          err = "unknown exception";
-        }
-        if (sink) sink(TaskRecord{device, id, &e->name, e->tag, start_ns, unixNowNs()});
-        // What a task captured is released by the host (drain()), never here:
-        // destructors may need locks the host holds while it waits for us
-        // (e.g. the Python GIL when a tensor's last reference goes away).
-        if (failed) {
-          std::lock_guard<std::mutex> lk(mu);
-          if (!has_error) {
-            has_error = true;
-            error_task = e->name;
-            error_msg = err;
-          }
-        }
-        completed.fetch_add(1);  // seq_cst, paired with waitFor()'s waiters/completed
-        if (waiters.load() > 0) {
-          std::lock_guard<std::mutex> lk(mu);
-          cv_done.notify_all();
-        }
-      }
+      for (Entry* e : batch) execute(*e);
       batch.clear();
       ran_ns = Clock::now().time_since_epoch().count();
+    }
+  }
+  // Runs one task (on the worker, or inline after stopWorkers()) and
+  // publishes its completion.
+  void execute(Entry& e) {
+    std::string err;
+    bool failed = false;
+    TraceSink sink = g_trace_sink.load(std::memory_order_relaxed);
+    int64_t start_ns = sink ? unixNowNs() : 0;
+    try {
+      e.fn();
+    } catch (abi::__forced_unwind&) {
+      // the thread is being ended (a task that took the GIL while Python
+      // finalizes gets pthread_exit): let the unwinding through, or the
+      // process aborts ("FATAL: exception not rethrown")
+      throw;
+    } catch (const std::exception& ex) {
+      failed = true;
+      err = ex.what();
+    } catch (...) {
+      failed = true;
+      err = "unknown exception";
+    }
+    if (sink) sink(TaskRecord{device, id, &e.name, e.tag, start_ns, unixNowNs()});
+    // What a task captured is released by the host (drain()), never here:
+    // destructors may need locks the host holds while it waits for us
+    // (e.g. the Python GIL when a tensor's last reference goes away).
+    if (failed) {
+      std::lock_guard<std::mutex> lk(mu);
+      if (!has_error) {
+        has_error = true;
+        error_task = e.name;
+        error_msg = err;
+      }
+    }
+    completed.fetch_add(1);  // seq_cst, paired with waitFor()'s waiters/completed
+    if (waiters.load() > 0) {
+      std::lock_guard<std::mutex> lk(mu);
+      cv_done.notify_all();
     }
   }
   // Idle a while after running tasks: hands the free memory of the heap
@@ -250,12 +278,32 @@ struct Stream {
   uint64_t push(std::string name, Task fn, size_t depth, uint64_t tag = 0) {
     if (depth) waitForRoom(depth);
     Trash trash;  // destroyed after the lock is released
-    std::lock_guard<std::mutex> lk(mu);
+    std::unique_lock<std::mutex> lk(mu);
+    if (inline_mode) {
+      lk.unlock();
+      return runInline(std::move(name), std::move(fn), tag);
+    }
     queue.push_back({std::move(name), std::move(fn), tag});
     uint64_t seq = ++enqueued;
     enqueued_seen.store(seq, std::memory_order_release);
     cv_work.notify_one();
     collect(trash.tasks);
+    return seq;
+  }
+  uint64_t runInline(std::string name, Task fn, uint64_t tag) {
+    std::lock_guard<std::recursive_mutex> order(inline_mu);
+    Entry* e;
+    uint64_t seq;
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      queue.push_back({std::move(name), std::move(fn), tag});
+      e = &queue.back();
+      seq = ++enqueued;
+      started = enqueued;
+      enqueued_seen.store(seq, std::memory_order_release);
+    }
+    execute(*e);
+    drain();
     return seq;
   }
   // Finished tasks, destroyed with it (outside the stream lock). Its buffer
@@ -619,6 +667,14 @@ void deviceWaitIdle(int device) {
   for (Stream* s : Runtime::get().device(device).startedStreams()) s->waitIdle(s->enqueuedNow());
 }
 
+void stopWorkers() {
+  if (g_bad_fork.load()) return;  // the parent's workers do not exist here
+  g_workers_stopped = true;       // streams started from now on have no worker
+  Runtime& rt = Runtime::get();
+  for (int d = 0; d < rt.count(); ++d)
+    for (Stream* s : rt.device(d).startedStreams()) s->stopWorker();
+}
+
 // ---------------------------------------------------------------- events
 struct Event {
   std::shared_ptr<EventState> st = std::make_shared<EventState>();
@@ -636,17 +692,19 @@ void eventRecord(Event* event, int device, StreamId stream) {
   Stream& s = getStream(device, stream);
   s.checkNotCapturing("recording an event");
   std::shared_ptr<EventState> st = event->st;
-  // room first: the worker may need st->mu to make it
-  s.waitForRoom(Runtime::get().queue_depth);
-  std::lock_guard<std::mutex> lk(st->mu);
-  if (st->device >= 0 && st->device != device)
-    throw Error(ErrorCode::kInvalidValue, "Event device " + std::to_string(st->device) +
-                                              " does not match recording stream's device " + std::to_string(device) +
-                                              ".");
-  uint64_t version = ++st->version;
-  st->device = device;
-  st->stream = stream;
-  st->target = s.push("event_record", [st, version] {
+  uint64_t version;
+  {
+    std::lock_guard<std::mutex> lk(st->mu);
+    if (st->device >= 0 && st->device != device)
+      throw Error(ErrorCode::kInvalidValue, "Event device " + std::to_string(st->device) +
+                                                " does not match recording stream's device " + std::to_string(device) +
+                                                ".");
+    version = ++st->version;
+    st->device = device;
+    st->stream = stream;
+  }
+  // without st->mu: the task takes it (on the worker, or here when tasks run inline)
+  s.push("event_record", [st, version] {
     auto now = Clock::now();
     std::lock_guard<std::mutex> lk2(st->mu);
     if (version >= st->done_version) {
@@ -654,7 +712,7 @@ void eventRecord(Event* event, int device, StreamId stream) {
       st->time = now;
     }
     st->cv.notify_all();
-  }, /*depth=*/0);
+  }, Runtime::get().queue_depth);
 }
 
 void streamWaitEvent(int device, StreamId stream, Event* event) {

@@ -2,6 +2,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <thread>
@@ -362,4 +364,67 @@ TEST(Tracing, TasksReportStreamNameTagAndTimes) {
                  std::chrono::system_clock::now().time_since_epoch()).count();
   EXPECT_LE(std::get<3>(g_records[1]), now);
   EXPECT_GT(std::get<2>(g_records[0]), now - int64_t(60) * 1000000000);  // Unix-epoch nanoseconds
+}
+
+namespace {
+// Runs in a child process (stopWorkers() cannot be undone); returns what failed.
+std::string stopWorkersScenario() {
+  std::string failed;
+  auto check = [&](bool ok, const char* what) {
+    if (!ok) failed += std::string(what) + "\n";
+  };
+  // work queued behind a slow task has all run when stopWorkers() returns
+  std::atomic<int> ran{0};
+  omr::launch(0, 1, "slow", [&] {
+    std::this_thread::sleep_for(100ms);
+    ++ran;
+  });
+  for (int i = 0; i < 50; ++i) omr::launch(0, 1, "queued", [&] { ++ran; });
+  omr::launch(1, 0, "other_device", [&] { ++ran; });
+  omr::stopWorkers();
+  check(ran.load() == 52, "stopWorkers() returned before the queued tasks ran");
+  // later launches run on the launching thread, in order, before launch() returns
+  std::thread::id ran_on;
+  omr::launch(0, 1, "inline", [&] { ran_on = std::this_thread::get_id(); });
+  check(ran_on == std::this_thread::get_id(), "a launch after stopWorkers() did not run on the launching thread");
+  std::atomic<int> started_later{0};
+  omr::launch(1, 5, "never_started_stream", [&] { ++started_later; });  // a stream first used now
+  check(started_later.load() == 1, "a stream first used after stopWorkers() did not run its task");
+  // errors stay asynchronous: raised at the next synchronization, with the task's name
+  omr::launch(0, 1, "fails_inline", [] { throw std::runtime_error("boom"); });
+  try {
+    omr::streamSynchronize(0, 1);
+    check(false, "the failing task's error was not raised at the sync");
+  } catch (const omr::TaskError& e) {
+    check(e.task == "fails_inline", "the error names another task");
+  }
+  // events, stream waits, copies and frees keep working
+  omr::Event* e = omr::eventCreate(true);
+  omr::eventRecord(e, 0, 1);
+  check(omr::eventQuery(e), "an event recorded after stopWorkers() is not complete");
+  omr::streamWaitEvent(0, 2, e);
+  omr::eventSynchronize(e);
+  omr::eventDestroy(e);
+  void* d = omr::deviceMalloc(0, 64);
+  int v = 7, back = 0;
+  omr::memcpyAsync(d, &v, sizeof v, omr::CopyKind::kHostToDevice, 0, 0);
+  omr::memcpyAsync(&back, d, sizeof v, omr::CopyKind::kDeviceToHost, 0, 0);
+  omr::streamSynchronize(0, 0);
+  check(back == 7, "a round trip through device memory after stopWorkers() lost the value");
+  omr::deviceFree(0, d);
+  omr::deviceSynchronize(0);
+  omr::stopWorkers();  // a second call is harmless
+  return failed;
+}
+}  // namespace
+
+TEST(Streams, StopWorkersRunsQueuedWorkThenRunsLaunchesInline) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // re-executes the binary: no worker threads forked
+  EXPECT_EXIT(
+      {
+        std::string failed = stopWorkersScenario();
+        std::fprintf(stderr, "%s", failed.c_str());
+        std::exit(failed.empty() ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
 }

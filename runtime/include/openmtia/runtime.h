@@ -129,6 +129,12 @@ void deviceSynchronize(int device);  // all streams of the device
 // Waits until every stream of the device ran the work enqueued so far; raises
 // nothing and destroys no finished task (safe under the caller's locks).
 void deviceWaitIdle(int device);
+// Before the process tears down what tasks use (at exit, before static
+// destructors run): waits until every stream has run the work launched so
+// far, then ends the stream workers. From then on a launch runs its task on
+// the launching thread before it returns; errors are still raised at the next
+// synchronization. Irreversible; a no-op in a forked child.
+void stopWorkers();
 
 // ---------------------------------------------------------------- tracing
 // What a profiler sees of the device (like CUPTI's activity records): with a

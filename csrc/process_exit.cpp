@@ -1,5 +1,7 @@
-// Interpreter exit after a backward on mtia.
+// What openmtia does when the process exits: two steps, run by a Python
+// atexit handler (openmtia/__init__.py) before the interpreter finalizes.
 //
+// 1. Autograd's device threads let go of Python objects.
 // torch's autograd engine runs a graph task's mtia nodes on a device thread
 // (pt_autograd_<index>). When the task's last node finishes there, the caller
 // of backward() wakes up, and the device thread lets go of its reference to
@@ -16,6 +18,15 @@
 // A device thread takes ready tasks one at a time and drops a task before it
 // takes the next, so once ours has run, any earlier task is gone; ours holds
 // nothing of Python's, so whenever its own last reference goes, no GIL is needed.
+//
+// 2. The stream workers stop (omr::stopWorkers). They used to run on while
+// the process tore itself down: a task still queued at exit could run during
+// Python's finalization or while C++ static destructors destroyed torch's
+// dispatcher (ThreadSanitizer caught a fallback task's redispatch racing
+// Dispatcher's destructor). Now every task launched before exit runs first
+// (exit does not drop device work, as a sync would not), then the workers
+// end, and what is launched later (frees, event records during
+// finalization, a user's atexit work) runs on the launching thread.
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/utils/pybind.h>
 
@@ -40,9 +51,16 @@ bool settleAutogradDeviceThreads() {
 }
 }  // namespace
 
-void initAutogradExitBindings(py::module& m) {
+void initProcessExitBindings(py::module& m) {
   m.def("_settle_autograd_device_threads", &settleAutogradDeviceThreads,
         "Runs a backward free of Python objects on each mtia device's autograd thread (at exit)");
+  m.def(
+      "_stop_device_workers",
+      [] {
+        py::gil_scoped_release no_gil;  // a running task may need the GIL to finish
+        OMR_CALL(omr::stopWorkers());
+      },
+      "Runs every launched task, then ends the stream workers: later launches run inline (at exit)");
 }
 
 }  // namespace openmtia

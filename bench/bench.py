@@ -134,6 +134,95 @@ CASES = [
 ]
 
 
+# ---- bf16/fp16 on mtia against float32 on mtia (issue 18): an accelerator's
+# low precision is never slower than its float32. Each factory takes
+# (device, dtype); float32 is the baseline.
+def lp_mm(device, dtype):
+    a, b = torch.randn(256, 512, device=device, dtype=dtype), torch.randn(512, 512, device=device, dtype=dtype)
+    return lambda: a @ b
+
+
+def lp_bmm(device, dtype):
+    a, b = torch.randn(16, 128, 64, device=device, dtype=dtype), torch.randn(16, 64, 128, device=device, dtype=dtype)
+    return lambda: torch.bmm(a, b)
+
+
+def lp_conv2d(device, dtype):
+    x = torch.randn(8, 16, 32, 32, device=device, dtype=dtype)
+    w = torch.randn(32, 16, 3, 3, device=device, dtype=dtype)
+    return lambda: torch.nn.functional.conv2d(x, w, padding=1)
+
+
+def lp_linear_step(device, dtype):
+    """A 2-layer MLP training step: float32, or under autocast to dtype."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(512, 1024), torch.nn.GELU(), torch.nn.Linear(1024, 512)).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    x, y = torch.randn(256, 512, device=device), torch.randn(256, 512, device=device)
+
+    def step():
+        with torch.autocast(device, dtype=dtype, enabled=dtype != torch.float32):
+            loss = torch.nn.functional.mse_loss(model(x).float(), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    return step
+
+
+def lp_gelu(device, dtype):
+    x = torch.randn(1 << 20, device=device, dtype=dtype)
+    return lambda: torch.nn.functional.gelu(x)
+
+
+LOW_PRECISION_CASES = [
+    # name, factory, low dtypes, inner iterations
+    ("mm 256x512 @ 512x512", lp_mm, (torch.bfloat16, torch.float16), 5),
+    ("bmm 16 x 128x64 @ 64x128", lp_bmm, (torch.bfloat16, torch.float16), 5),
+    ("conv2d 8x16x32x32, 32 3x3 filters", lp_conv2d, (torch.bfloat16, torch.float16), 5),
+    ("MLP train step, autocast", lp_linear_step, (torch.bfloat16, torch.float16), 2),
+    ("gelu, 1M elements", lp_gelu, (torch.bfloat16, torch.float16), 5),
+]
+LOW_PRECISION_TARGET = 1.1  # mtia low-precision time / mtia float32 time
+
+
+def alternating(fns, repeats, inner):
+    """Median time of each of fns (name -> (fn, sync)), run in turns."""
+    for fn, sync in fns.values():  # warm-up (plans, allocations, lazy init)
+        fn()
+        fn()
+        sync()
+    times = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, (fn, sync) in fns.items():
+            times[name].append(run_once(fn, sync, inner))
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def low_precision_table(repeats, quick):
+    import openmtia
+    paths = {str(d).replace("torch.", ""): openmtia._C._low_precision_path(d) for d in (torch.bfloat16, torch.float16)}
+    print(f"\nbf16/fp16 on mtia against float32 on mtia (target: <= {LOW_PRECISION_TARGET}); "
+          f"matrix-op paths here: {paths} (OPENMTIA_LOW_PRECISION={openmtia._C._low_precision_mode()}); "
+          "last column: mtia over CPU PyTorch in the same dtype\n")
+    print(f"| {'case':36} | {'dtype':8} | {'mtia f32':>10} | {'mtia low':>10} | {'ratio':>6} | met | {'cpu low':>10} | vs cpu |")
+    print(f"|{'-' * 38}|{'-' * 10}|{'-' * 12}|{'-' * 12}|{'-' * 8}|-----|{'-' * 12}|--------|")
+    rows = []
+    for name, factory, dtypes, inner in LOW_PRECISION_CASES:
+        inner = max(1, inner // 2) if quick else inner
+        for dtype in dtypes:
+            fns = {"f32": (factory("mtia", torch.float32), on("mtia")),
+                   "low": (factory("mtia", dtype), on("mtia")),
+                   "cpu": (factory("cpu", dtype), on("cpu"))}
+            t = alternating(fns, repeats, inner)
+            ratio = t["low"] / t["f32"]
+            ok = ratio <= LOW_PRECISION_TARGET
+            short = str(dtype).replace("torch.", "")
+            print(f"| {name:36} | {short:8} | {t['f32'] * 1e3:8.2f}ms | {t['low'] * 1e3:8.2f}ms | {ratio:6.2f} | "
+                  f"{'yes' if ok else 'NO':3} | {t['cpu'] * 1e3:8.2f}ms | {t['low'] / t['cpu']:6.2f} |")
+            rows.append((f"{name} ({short} / float32)", t["f32"], t["low"], ok))
+    return rows
+
+
 def omp_interference(repeats, inner=5):
     """CPU matmul time right after an mtia matmul (the worker's OpenMP team
     just ran) over its time after another CPU matmul: 1.0 means the device's
@@ -153,21 +242,12 @@ def omp_interference(repeats, inner=5):
     return statistics.median(m / c for c, m in zip(after_cpu, after_mtia))
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--repeats", type=int, default=7)
-    p.add_argument("--quick", action="store_true", help="fewer repeats (smoke run)")
-    p.add_argument("--no-memory", action="store_true", help="skip the host memory table")
-    p.add_argument("--png", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "bench.png"),
-                   help="where the bar chart goes ('' for none)")
-    args = p.parse_args()
-    repeats = 2 if args.quick else args.repeats
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} CPU threads, median of {repeats} runs\n")
+def cpu_table(repeats, quick):
     print(f"| {'case':50} | {'cpu':>10} | {'mtia':>10} | {'ratio':>6} | target | met |")
     print(f"|{'-' * 52}|{'-' * 12}|{'-' * 12}|{'-' * 8}|--------|-----|")
     rows = []
     for name, factory, kind, inner, target in CASES:
-        inner = max(1, inner // 4) if args.quick else inner
+        inner = max(1, inner // 4) if quick else inner
         t_cpu, t_mtia, ratios = paired(factory, repeats, inner)
         if kind == "latency":
             ratio = statistics.median(ratios)
@@ -181,25 +261,53 @@ def main():
     slow = omp_interference(repeats)
     print(f"\nCPU matmul right after an mtia one / after a CPU one: {slow:.2f} "
           f"(the worker's OpenMP team {'does not slow' if slow <= 1.1 else 'SLOWS'} the CPU runs; target <= 1.1)")
+    return rows
+
+
+def memory_table():
+    print("\nhost memory: RSS growth of each workload in a fresh process (bench/host_memory.py); "
+          "target: mtia <= 2 x CPU + 64 MiB\n")
+    print(f"| {'workload':20} | {'cpu MiB':>8} | {'mtia MiB':>8} | {'bound':>8} | met |")
+    print(f"|{'-' * 22}|{'-' * 10}|{'-' * 10}|{'-' * 10}|-----|")
     mem_rows = []
-    if not args.no_memory:
-        print("\nhost memory: RSS growth of each workload in a fresh process (bench/host_memory.py); "
-              "target: mtia <= 2 x CPU + 64 MiB\n")
-        print(f"| {'workload':20} | {'cpu MiB':>8} | {'mtia MiB':>8} | {'bound':>8} | met |")
-        print(f"|{'-' * 22}|{'-' * 10}|{'-' * 10}|{'-' * 10}|-----|")
-        for name in host_memory.WORKLOADS:
-            cpu, mtia = host_memory.in_subprocess(name, "cpu"), host_memory.in_subprocess(name, "mtia")
-            ok = mtia <= host_memory.bound(cpu)
-            print(f"| {name:20} | {cpu:8.1f} | {mtia:8.1f} | {host_memory.bound(cpu):8.1f} | {'yes' if ok else 'NO':3} |")
-            mem_rows.append((name, cpu, mtia, ok))
-    if args.png:
+    for name in host_memory.WORKLOADS:
+        cpu, mtia = host_memory.in_subprocess(name, "cpu"), host_memory.in_subprocess(name, "mtia")
+        ok = mtia <= host_memory.bound(cpu)
+        print(f"| {name:20} | {cpu:8.1f} | {mtia:8.1f} | {host_memory.bound(cpu):8.1f} | {'yes' if ok else 'NO':3} |")
+        mem_rows.append((name, cpu, mtia, ok))
+    return mem_rows
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--quick", action="store_true", help="fewer repeats (smoke run)")
+    p.add_argument("--no-memory", action="store_true", help="skip the host memory table")
+    p.add_argument("--tables", default="cpu,low-precision,memory",
+                   help="which tables: cpu (mtia vs CPU), low-precision (bf16/fp16 vs float32 on mtia), memory")
+    p.add_argument("--png", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "bench.png"),
+                   help="where the bar chart goes ('' for none)")
+    args = p.parse_args()
+    repeats = 2 if args.quick else args.repeats
+    tables = set(args.tables.split(","))
+    if args.no_memory:
+        tables.discard("memory")
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} CPU threads, median of {repeats} runs\n")
+    rows = []
+    if "cpu" in tables:
+        rows += cpu_table(repeats, args.quick)
+    if "low-precision" in tables:
+        rows += low_precision_table(repeats, args.quick)
+    mem_rows = memory_table() if "memory" in tables else []
+    if args.png and rows:
         write_chart(rows, mem_rows, args.png, repeats)
         print(f"\nchart: {args.png}")
 
 
 def write_chart(rows, mem_rows, path, repeats):
-    """The tables as bar charts: per case, mtia's time next to CPU's (CPU = 1);
-    per workload, the host RSS growth of both."""
+    """The tables as bar charts: per case, mtia's time next to its baseline's
+    (= 1: CPU PyTorch, or float32 on mtia for the bf16/fp16 rows); per
+    workload, the host RSS growth of both."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -225,7 +333,7 @@ def write_chart(rows, mem_rows, path, repeats):
     else:
         fig, ax = plt.subplots(figsize=(9, 0.6 * len(rows) + 1.6))
     y = range(len(rows))
-    ax.barh([i + 0.2 for i in y], [1.0] * len(rows), height=0.4, color="#9e9e9e", label="cpu (= 1)")
+    ax.barh([i + 0.2 for i in y], [1.0] * len(rows), height=0.4, color="#9e9e9e", label="baseline (= 1): CPU, or mtia float32 for bf16/fp16")
     ax.barh([i - 0.2 for i in y], rel, height=0.4, color=["#2e7d32" if r[3] else "#c62828" for r in rows],
             label="mtia (green: target met, red: not)")
     for i, (r, row) in enumerate(zip(rel, rows)):
@@ -234,7 +342,7 @@ def write_chart(rows, mem_rows, path, repeats):
     ax.set_yticks(list(y))
     ax.set_yticklabels(names, fontsize=8)
     ax.invert_yaxis()
-    ax.set_xlabel("time relative to CPU PyTorch (lower is faster)")
+    ax.set_xlabel("time relative to the baseline (lower is faster)")
     ax.set_title(f"openmtia vs CPU PyTorch {torch.__version__}, median of {repeats} runs", fontsize=10)
     ax.set_xlim(0, max(max(rel), 1.0) * 1.45)
     ax.legend(loc="lower right", fontsize=8)

@@ -15,8 +15,14 @@ family, the special polynomials, ...) are compared on their small samples:
 mtia runs CPU's kernels, so it must agree with CPU there too. Each sample is run on CPU
 and on mtia from the same seed (torch.manual_seed seeds both generators) and
 compared with OpInfo's tolerances. Outcomes per sample: pass, fail (values
-differ), error (mtia raised where CPU did not), not_implemented (mtia lacks the
-op), skipped (OpInfo's own skip or xfail for test_compare_cpu). Random ops
+differ), more_accurate (bf16/fp16 values that differ from CPU's beyond the
+tolerance but are closer to the float64 result than CPU's: where CPU's kernel
+rounds partial sums to the dtype, e.g. col2im in conv_transpose or addbmm's
+per-batch sums, and mtia computes in float32 with one rounding, see
+csrc/low_precision.h; the standard PyTorch holds CUDA to), error (mtia raised
+where CPU did not), not_implemented (mtia lacks the op), skipped (OpInfo's own
+skip or xfail for test_compare_cpu). The pass rate counts pass and
+more_accurate. Random ops
 (RANDOM_OPS) are checked differently: CPU's shapes and dtypes, and the same
 values from the same seed on mtia.
 
@@ -49,7 +55,8 @@ HERE = Path(__file__).resolve().parent
 DTYPES = ["float32", "float64", "bfloat16", "float16", "complex64", "complex128", "int8", "int16", "int32", "int64",
           "uint8", "bool"]
 CHECKS = ["forward", "backward", "out", "noncontiguous"]
-OUTCOMES = ["pass", "fail", "error", "not_implemented", "skipped", "cpu_compile_fails"]
+OUTCOMES = ["pass", "more_accurate", "fail", "error", "not_implemented", "skipped", "cpu_compile_fails"]
+PASSING = {"pass", "more_accurate"}
 NOT_EXECUTED = {"skipped", "cpu_compile_fails"}
 COMPILED_DTYPES = ["float32", "bfloat16"]
 COMPILED_CHECKS = ["forward", "backward"]
@@ -170,6 +177,57 @@ def _worker():
                 raise
             torch.testing.assert_close(actual, expected, equal_nan=True, check_device=False, atol=0, rtol=0)
 
+    def reference64(op, check, args, kwargs, dtype):
+        """The sample computed in float64 (from the same low-precision inputs)."""
+        def up(x):
+            if isinstance(x, torch.Tensor) and x.dtype == dtype:
+                return x.detach().double().requires_grad_(x.requires_grad)
+            return x
+        args64, kwargs64 = tree_map(up, (args, kwargs))
+        return grads(op, args64, kwargs64) if check == "backward" else op(*args64, **kwargs64)
+
+    def more_accurate(actual, expected, exact):
+        """Whether every tensor of actual is at least as close to the float64
+        result as CPU's, with NaN and infinities where CPU has them."""
+        torch.mtia.synchronize()
+        a_leaves, e_leaves, r_leaves = (tree_leaves(t) for t in (actual, expected, exact))
+        if not (len(a_leaves) == len(e_leaves) == len(r_leaves)):
+            return False
+        for a, e, r in zip(a_leaves, e_leaves, r_leaves):
+            if not isinstance(a, torch.Tensor) or not a.is_floating_point():
+                if (a != e).any() if isinstance(a, torch.Tensor) else a != e:
+                    return False
+                continue
+            if a.dtype != e.dtype:
+                return False
+            a, e, r = a.cpu().double(), e.double(), r.double()
+            if a.shape != e.shape or not torch.equal(a.isnan(), e.isnan()):
+                return False
+            inf = e.isinf() | a.isinf()
+            if not torch.equal(a[inf], e[inf]):
+                return False
+            finite = ~(e.isnan() | inf)
+            if finite.any() and (a[finite] - r[finite]).abs().max() > (e[finite] - r[finite]).abs().max():
+                return False
+        return True
+
+    def judge(op, check, args, kwargs, actual, expected, dtype, tol):
+        """"pass" (agrees with CPU) or "more_accurate" (see the module's
+        docstring); raises AssertionError otherwise."""
+        try:
+            compare(actual, expected, dtype, tol)
+            return "pass"
+        except AssertionError:
+            if dtype not in (torch.bfloat16, torch.float16):
+                raise
+            try:
+                exact = reference64(op, check, *fresh_leaves((args, kwargs)), dtype)
+            except Exception:
+                raise AssertionError("differs from CPU (no float64 reference)")
+            if not more_accurate(actual, expected, exact):
+                raise
+            return "more_accurate"
+
     def meta(tree):
         return [(tuple(x.shape), x.dtype) for x in tree_leaves(tree) if isinstance(x, torch.Tensor)]
 
@@ -208,8 +266,7 @@ def _worker():
         try:
             torch.manual_seed(0)
             actual = compiled_run(op, check, *to_mtia((args, kwargs), op))
-            compare(actual, expected, dtype, tol)
-            return "pass", None
+            return judge(op, check, args, kwargs, actual, expected, dtype, tol), None
         except Exception as e:
             kind, msg = ("fail", f"mismatch: {str(e).splitlines()[0][:300]}") if isinstance(e, AssertionError) \
                 else classify(e)
@@ -328,12 +385,13 @@ def _worker():
                                 raise AssertionError(f"shapes/dtypes {meta(actual)} != cpu {meta(expected)}")
                             compare(actual, tree_map(lambda x: x.cpu() if isinstance(x, torch.Tensor) else x,
                                                      runs[0]), dtype, (0, 0))
+                            outcome = "pass"
                         else:
                             # the first call (often a signature's first: synchronous, on the
                             # real data) and the planned, asynchronous one
-                            for run in runs:
-                                compare(run, expected, dtype, tol)
-                        counts["pass"] += 1
+                            outcomes = [judge(op, check, args, kwargs, run, expected, dtype, tol) for run in runs]
+                            outcome = "pass" if all(o == "pass" for o in outcomes) else "more_accurate"
+                        counts[outcome] += 1
                     except Exception as e:
                         if isinstance(e, AssertionError):
                             counts["fail"] += 1
@@ -453,7 +511,7 @@ def summarize(results, dtypes):
             if not c:
                 continue
             executed = sum(c[k] for k in OUTCOMES if k not in NOT_EXECUTED)
-            pct = 100.0 * c["pass"] / executed if executed else 100.0
+            pct = 100.0 * sum(c[k] for k in PASSING) / executed if executed else 100.0
             lines.append(f"| {check} | {dtype} | " + " | ".join(str(c[k]) for k in OUTCOMES) + f" | {pct:.2f} |")
     crashes = [r["op"] for r in results if r.get("crash")]
     lines.append("")

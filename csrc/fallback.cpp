@@ -43,6 +43,7 @@
 #include <unordered_set>
 
 #include "common.h"
+#include "low_precision.h"
 #include "plan_cache.h"
 
 namespace openmtia {
@@ -1145,6 +1146,7 @@ TORCH_LIBRARY_IMPL(aten, MTIA, m) {
     std::string name = std::string(op.name).substr(6);  // without "aten::"
     if (*op.overload) name += std::string(".") + op.overload;
     if (unboxedOps().count(name)) continue;  // pointwise.cpp's kernel (which falls back here)
+    if (lowPrecisionMatrixOps().count(name)) continue;  // low_precision.cpp's (which falls back here)
     m.impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<&mtiaFallback>());
   }
 }

@@ -1,5 +1,6 @@
 // The openmtia._C Python module. Loading it registers everything (hooks,
 // guard, allocator, kernels, fallback) through static initializers.
+#include <torch/csrc/Dtype.h>
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/Generator.h>
 #include <torch/csrc/utils/pybind.h>
@@ -11,6 +12,7 @@
 #include <stdexcept>
 
 #include "common.h"
+#include "low_precision.h"
 #include "plan_cache.h"
 
 namespace py = pybind11;
@@ -132,6 +134,21 @@ PYBIND11_MODULE(_C, m) {
     return openmtia::isCapturing(index);
   }, py::arg("device") = -1);
   m.def("_staged_result_count", &openmtia::stagedResultCount);
+  // bf16/fp16 matrix ops (csrc/low_precision.h): the mode (OPENMTIA_LOW_PRECISION)
+  // and the path it gives a dtype.
+  m.def("_low_precision_mode", &openmtia::lowPrecisionMode);
+  m.def("_set_low_precision_mode", &openmtia::setLowPrecisionMode);
+  m.def("_low_precision_path", [](py::object dtype) {
+    TORCH_CHECK(THPDtype_Check(dtype.ptr()), "_low_precision_path: expected a torch.dtype");
+    auto path = openmtia::lowPrecisionPath(reinterpret_cast<THPDtype*>(dtype.ptr())->scalar_type);
+    return path == openmtia::LowPrecisionPath::kFloat32 ? "float32" : "native";
+  });
+  m.def("_low_precision_float32_calls", &openmtia::lowPrecisionFloat32Calls);
+  m.def("_low_precision_matrix_ops", [] {
+    std::vector<std::string> out;
+    for (const auto& name : openmtia::lowPrecisionMatrixOps()) out.push_back("aten::" + name);
+    return out;
+  });
   // The fallback's plan cache (csrc/plan_cache.h): its size, bounds and counts.
   m.def("_plan_cache_stats", [] {
     openmtia::PlanCacheStats s = openmtia::planCache().stats();

@@ -1,0 +1,158 @@
+// bf16 and fp16 matrix ops through float32 (see low_precision.h).
+#include "low_precision.h"
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/Version.h>
+#include <ATen/ops/_to_copy.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <torch/library.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <fstream>
+
+#include "common.h"
+
+namespace openmtia {
+namespace {
+
+enum class Mode { kAuto, kFloat32, kNative };
+
+Mode parseMode(const std::string& s) {
+  if (s == "auto") return Mode::kAuto;
+  if (s == "float32") return Mode::kFloat32;
+  if (s == "native") return Mode::kNative;
+  TORCH_CHECK(false, "OPENMTIA_LOW_PRECISION must be auto, float32 or native, not '", s, "'");
+}
+
+std::atomic<Mode>& mode() {
+  static std::atomic<Mode> m{[] {
+    const char* s = std::getenv("OPENMTIA_LOW_PRECISION");
+    if (!s || !*s) return Mode::kAuto;
+    try {
+      return parseMode(s);
+    } catch (const c10::Error&) {
+      TORCH_WARN("ignoring OPENMTIA_LOW_PRECISION='", s, "' (auto, float32 or native)");
+      return Mode::kAuto;
+    }
+  }()};
+  return m;
+}
+
+// The host CPU's feature flags, as the kernel reports them.
+bool cpuHasFlag(const std::string& flag) {
+  static const std::string flags = [] {
+    std::ifstream f("/proc/cpuinfo");
+    std::string line;
+    while (std::getline(f, line))
+      if (line.rfind("flags", 0) == 0) return " " + line.substr(line.find(':') + 1) + " ";
+    return std::string();
+  }();
+  return flags.find(" " + flag + " ") != std::string::npos;
+}
+
+// Whether CPU PyTorch's kernels of `dtype` run on native instructions here:
+// the host has them, and ATen uses its AVX512 kernels (ATEN_CPU_CAPABILITY
+// may lower it, as on a host without them).
+bool nativeOnThisHost(c10::ScalarType dtype) {
+  static const bool avx512 = at::get_cpu_capability().rfind("AVX512", 0) == 0;  // "AVX512": avx512 or amx
+  static const bool bf16 = avx512 && (cpuHasFlag("avx512_bf16") || cpuHasFlag("amx_bf16"));
+  static const bool fp16 = avx512 && (cpuHasFlag("avx512_fp16") || cpuHasFlag("amx_fp16"));
+  return dtype == at::kBFloat16 ? bf16 : fp16;
+}
+
+std::atomic<int64_t> g_float32_calls{0};
+
+bool isWritten(const c10::Argument& a) { return a.alias_info() && a.alias_info()->isWrite(); }
+
+// Whether the call's operands are low-precision floating tensors of one dtype
+// on one mtia device, with no argument written (a functional overload):
+// then `*dtype` is theirs.
+bool upcastable(const c10::OperatorHandle& op, const torch::jit::Stack& stack, c10::ScalarType* dtype) {
+  const auto& args = op.schema().arguments();
+  const size_t first = stack.size() - args.size();
+  std::optional<c10::ScalarType> low;
+  std::optional<c10::Device> device;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (isWritten(args[i])) return false;
+    const c10::IValue& v = stack[first + i];
+    if (v.isTensorList() || v.isOptionalTensorList()) return false;
+    if (!v.isTensor() || !v.toTensor().defined()) continue;
+    const at::Tensor& t = v.toTensor();
+    if (t.device().type() != kMTIA || (device && t.device() != *device)) return false;
+    device = t.device();
+    if (!t.is_floating_point()) continue;
+    if (low && t.scalar_type() != *low) return false;  // mixed: CPU's kernel decides (and raises)
+    low = t.scalar_type();
+  }
+  if (!low || (*low != at::kBFloat16 && *low != at::kHalf)) return false;
+  *dtype = *low;
+  return true;
+}
+
+}  // namespace
+
+LowPrecisionPath lowPrecisionPath(c10::ScalarType dtype) {
+  if (dtype != at::kBFloat16 && dtype != at::kHalf) return LowPrecisionPath::kNative;
+  switch (mode().load()) {
+    case Mode::kFloat32:
+      return LowPrecisionPath::kFloat32;
+    case Mode::kNative:
+      return LowPrecisionPath::kNative;
+    case Mode::kAuto:
+      break;
+  }
+  return nativeOnThisHost(dtype) ? LowPrecisionPath::kNative : LowPrecisionPath::kFloat32;
+}
+
+void setLowPrecisionMode(const std::string& s) { mode() = parseMode(s); }
+
+std::string lowPrecisionMode() {
+  switch (mode().load()) {
+    case Mode::kFloat32:
+      return "float32";
+    case Mode::kNative:
+      return "native";
+    case Mode::kAuto:
+      break;
+  }
+  return "auto";
+}
+
+void matrixOpKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  c10::ScalarType low;
+  if (!upcastable(op, *stack, &low) || lowPrecisionPath(low) != LowPrecisionPath::kFloat32) {
+    boxedFallback(op, stack);
+    return;
+  }
+  g_float32_calls.fetch_add(1, std::memory_order_relaxed);
+  at::AutoDispatchBelowADInplaceOrView below_autograd;  // conversions are part of this op
+  const size_t nargs = op.schema().arguments().size();
+  for (size_t i = stack->size() - nargs; i < stack->size(); ++i) {
+    c10::IValue& v = (*stack)[i];
+    if (v.isTensor() && v.toTensor().defined() && v.toTensor().scalar_type() == low)
+      v = at::_to_copy(v.toTensor(), at::kFloat);
+  }
+  boxedFallback(op, stack);
+  const size_t nrets = op.schema().returns().size();
+  for (size_t i = stack->size() - nrets; i < stack->size(); ++i) {
+    c10::IValue& v = (*stack)[i];
+    if (v.isTensor() && v.toTensor().defined() && v.toTensor().scalar_type() == at::kFloat)
+      v = at::_to_copy(v.toTensor(), low);  // the one rounding of the result
+  }
+}
+
+int64_t lowPrecisionFloat32Calls() { return g_float32_calls.load(); }
+
+const std::unordered_set<std::string>& lowPrecisionMatrixOps() {
+  static const std::unordered_set<std::string> ops = {"mm", "addmm", "bmm", "baddbmm", "addbmm"};
+  return ops;
+}
+
+TORCH_LIBRARY_IMPL(aten, MTIA, m) {
+  // (the convolutions' kernel, convolution.cpp, calls matrixOpKernel itself)
+  for (const auto& name : lowPrecisionMatrixOps())
+    m.impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<&matrixOpKernel>());
+}
+
+}  // namespace openmtia

@@ -1,0 +1,52 @@
+// bf16 and fp16 matrix ops at float32 speed on hosts without native kernels.
+//
+// mtia runs the host CPU's kernels. On a CPU without native bf16 (or fp16)
+// instructions, CPU PyTorch's bf16 mm is ~50x slower than float32, its
+// convolutions ~20x: the device would be slowest in its own training dtype.
+// There, the matrix ops (mm, addmm, bmm, baddbmm, addbmm, the convolutions and
+// their backward) of bf16/fp16 operands run in float32: the operands are
+// converted on the device, the float32 kernel runs, and each result is rounded
+// once to the operands' dtype. That is how CPU's native low-precision kernels
+// define the numerics (float32 accumulation, one rounding per result), so the
+// results agree with CPU's within torch.testing's bf16/fp16 tolerances.
+//
+// The path is chosen per dtype (OPENMTIA_LOW_PRECISION):
+//   auto     (default) native where the host has the instructions and ATen
+//            uses them (avx512_bf16/amx_bf16 for bf16, avx512_fp16/amx_fp16
+//            for fp16, with ATen's CPU capability at AVX512), else float32;
+//   float32  always float32 (what a host without native low precision does);
+//   native   always the CPU kernel of the dtype itself.
+#pragma once
+
+#include <ATen/core/stack.h>
+#include <c10/core/ScalarType.h>
+
+#include <cstdint>
+#include <string>
+#include <unordered_set>
+
+namespace c10 {
+class OperatorHandle;
+}
+
+namespace openmtia {
+
+enum class LowPrecisionPath { kNative, kFloat32 };
+
+// The path of matrix ops of `dtype` operands (bf16 or fp16; others: kNative).
+LowPrecisionPath lowPrecisionPath(c10::ScalarType dtype);
+// "auto", "float32" or "native": sets the mode (throws on another value), as
+// OPENMTIA_LOW_PRECISION does at start.
+void setLowPrecisionMode(const std::string& mode);
+std::string lowPrecisionMode();
+
+// The kernel of the matrix ops: the boxed fallback, through float32 when the
+// path of the operands' dtype says so (functional overloads whose floating
+// operands share one low-precision dtype; other calls unchanged).
+void matrixOpKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+// How many calls took the float32 path so far (for tests).
+int64_t lowPrecisionFloat32Calls();
+// The ops it is registered for, "name" or "name.overload" without "aten::".
+const std::unordered_set<std::string>& lowPrecisionMatrixOps();
+
+}  // namespace openmtia

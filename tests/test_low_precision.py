@@ -1,0 +1,219 @@
+"""bf16/fp16 matrix ops (csrc/low_precision.h): both paths, forced on any host
+(OPENMTIA_LOW_PRECISION), against CPU PyTorch in the same dtype."""
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import openmtia
+
+C = openmtia._C
+LOW = [torch.bfloat16, torch.float16]
+MODES = ["float32", "native"]
+
+
+@pytest.fixture(params=MODES)
+def mode(request):
+    before = C._low_precision_mode()
+    C._set_low_precision_mode(request.param)
+    yield request.param
+    C._set_low_precision_mode(before)
+
+
+def positive(*shape, dtype):
+    # no cancellation: sums of positive terms agree to a few ulps whatever the
+    # order of accumulation, so CPU's default tolerances of the dtype apply
+    return (torch.rand(*shape) + 0.5).to(dtype)
+
+
+def close(mtia, cpu):
+    assert mtia.device.type == "mtia"
+    assert mtia.dtype == cpu.dtype, (mtia.dtype, cpu.dtype)
+    torch.testing.assert_close(mtia.cpu(), cpu, equal_nan=True)
+
+
+def calls(mode, f):
+    """Runs f and checks which path it took."""
+    n = C._low_precision_float32_calls()
+    out = f()
+    took = C._low_precision_float32_calls() - n
+    if mode == "float32":
+        assert took > 0, "the float32 path did not run"
+    else:
+        assert took == 0, "the native path ran float32"
+    return out
+
+
+CASES = {
+    "mm": lambda d, t: torch.mm(t(7, 13, dtype=d), t(13, 5, dtype=d)),
+    "mm_large": lambda d, t: torch.mm(t(64, 300, dtype=d), t(300, 33, dtype=d)),
+    "mm_transposed": lambda d, t: torch.mm(t(13, 7, dtype=d).t(), t(5, 13, dtype=d).t()),
+    "addmm": lambda d, t: torch.addmm(t(5, dtype=d), t(7, 13, dtype=d), t(13, 5, dtype=d), beta=0.5, alpha=2.0),
+    "bmm": lambda d, t: torch.bmm(t(3, 7, 13, dtype=d), t(3, 13, 5, dtype=d)),
+    "baddbmm": lambda d, t: torch.baddbmm(t(3, 7, 5, dtype=d), t(3, 7, 13, dtype=d), t(3, 13, 5, dtype=d),
+                                          beta=0.25, alpha=1.5),
+    "addbmm": lambda d, t: torch.addbmm(t(7, 5, dtype=d), t(3, 7, 13, dtype=d), t(3, 13, 5, dtype=d)),
+    "matmul_3d_2d": lambda d, t: torch.matmul(t(2, 7, 13, dtype=d), t(13, 5, dtype=d)),
+    "linear": lambda d, t: F.linear(t(4, 9, dtype=d), t(6, 9, dtype=d), t(6, dtype=d)),
+    "conv2d": lambda d, t: F.conv2d(t(2, 3, 9, 8, dtype=d), t(4, 3, 3, 3, dtype=d), t(4, dtype=d), padding=1),
+    "conv1d_stride": lambda d, t: F.conv1d(t(2, 4, 17, dtype=d), t(6, 2, 5, dtype=d), stride=2, groups=2),
+    "mm_1x1": lambda d, t: torch.mm(t(1, 1, dtype=d), t(1, 1, dtype=d)),
+    "mm_k0": lambda d, t: torch.mm(t(3, 0, dtype=d), t(0, 4, dtype=d)),
+    "bmm_empty_batch": lambda d, t: torch.bmm(t(0, 3, 4, dtype=d), t(0, 4, 2, dtype=d)),
+}
+
+
+def run_both(case, dtype, mode):
+    torch.manual_seed(0)
+    made = []
+
+    def t(*shape, dtype):
+        x = positive(*shape, dtype=dtype)
+        made.append(x)
+        return x
+
+    cpu = CASES[case](dtype, t)
+    it = iter(made)
+    mtia = calls(mode, lambda: CASES[case](dtype, lambda *s, dtype: next(it).to("mtia")))
+    return mtia, cpu
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_matrix_ops_match_cpu(case, dtype, mode):
+    mtia, cpu = run_both(case, dtype, mode)
+    close(mtia, cpu)
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+def test_first_and_later_calls_of_a_signature(dtype, mode):
+    # the first call of a signature takes another path in the fallback
+    for _ in range(3):
+        mtia, cpu = run_both("mm_large", dtype, mode)
+        close(mtia, cpu)
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+def test_nan_and_inf_propagate_as_on_cpu(dtype, mode):
+    a = positive(6, 8, dtype=dtype)
+    b = positive(8, 5, dtype=dtype)
+    a[1, 2] = float("nan")
+    a[3, 0] = float("inf")
+    b[4, 4] = float("-inf")
+    b[0, 1] = torch.finfo(dtype).max  # overflows to inf in the result
+    cpu = a @ b
+    mtia = calls(mode, lambda: a.to("mtia") @ b.to("mtia"))
+    close(mtia, cpu)
+    assert torch.equal(mtia.cpu().isnan(), cpu.isnan()) and torch.equal(mtia.cpu().isinf(), cpu.isinf())
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+def test_no_less_accurate_than_cpu(dtype, mode):
+    # with cancellation (normal inputs), against float64: one rounding of a
+    # float32 accumulation is at least as accurate as CPU's own kernel
+    torch.manual_seed(1)
+    a, b = torch.randn(48, 256).to(dtype), torch.randn(256, 40).to(dtype)
+    exact = a.double() @ b.double()
+    cpu_err = (((a @ b).double() - exact).abs() / exact.abs().clamp_min(1)).max().item()
+    mtia = calls(mode, lambda: a.to("mtia") @ b.to("mtia"))
+    err = ((mtia.cpu().double() - exact).abs() / exact.abs().clamp_min(1)).max().item()
+    assert err <= cpu_err + torch.finfo(dtype).eps, (err, cpu_err)
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+def test_training_step_under_autocast_matches_cpu(dtype, mode):
+    # forward and backward of linear and conv under autocast: the output and
+    # gradient dtypes are autocast's, the values CPU's
+    torch.manual_seed(2)
+    conv, lin = torch.nn.Conv2d(3, 4, 3), torch.nn.Linear(4 * 6 * 6, 5)
+    x = torch.rand(2, 3, 8, 8)
+    results = {}
+    n = C._low_precision_float32_calls()
+    for device in ("cpu", "mtia"):
+        c, l = (torch.nn.Conv2d(3, 4, 3).to(device), torch.nn.Linear(4 * 6 * 6, 5).to(device))
+        c.load_state_dict(conv.state_dict())
+        l.load_state_dict(lin.state_dict())
+        with torch.autocast(device, dtype=dtype):
+            h = c(x.to(device))
+            y = l(h.flatten(1))
+        assert h.dtype == dtype and y.dtype == dtype
+        y.float().pow(2).sum().backward()
+        results[device] = (y, c.weight.grad, l.weight.grad, l.bias.grad)
+    took = C._low_precision_float32_calls() - n  # the mtia pass's matrix ops, forward and backward
+    assert took == 5 if mode == "float32" else took == 0, took  # conv, addmm; their backward: conv, 2 mm
+    for m, c in zip(results["mtia"], results["cpu"]):
+        torch.testing.assert_close(m.cpu(), c, rtol=2e-2, atol=2e-2)
+
+
+def test_the_path_follows_the_mode():
+    before = C._low_precision_mode()
+    try:
+        for dtype in LOW:
+            C._set_low_precision_mode("float32")
+            assert C._low_precision_path(dtype) == "float32"
+            C._set_low_precision_mode("native")
+            assert C._low_precision_path(dtype) == "native"
+        C._set_low_precision_mode("float32")
+        assert C._low_precision_path(torch.float32) == "native"  # only bf16 and fp16 have two paths
+        with pytest.raises(RuntimeError, match="OPENMTIA_LOW_PRECISION must be auto, float32 or native, not 'fast'"):
+            C._set_low_precision_mode("fast")
+    finally:
+        C._set_low_precision_mode(before)
+
+
+def test_auto_follows_the_host_and_atens_capability():
+    flags = open("/proc/cpuinfo").read().split()
+    code = ("import torch, openmtia; C = openmtia._C; "
+            "print(C._low_precision_mode(), C._low_precision_path(torch.bfloat16), C._low_precision_path(torch.float16))")
+    env = dict(os.environ, OPENMTIA_LOW_PRECISION="auto")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    avx512 = torch.backends.cpu.get_cpu_capability().startswith("AVX512")
+    bf16 = "native" if avx512 and ("avx512_bf16" in flags or "amx_bf16" in flags) else "float32"
+    fp16 = "native" if avx512 and ("avx512_fp16" in flags or "amx_fp16" in flags) else "float32"
+    assert out.split() == ["auto", bf16, fp16]
+    # ATen limited to AVX2 (as on a host without AVX-512): float32 for both
+    env["ATEN_CPU_CAPABILITY"] = "avx2"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["auto", "float32", "float32"]
+    # forced, and a bad value: a warning, then auto
+    env.pop("ATEN_CPU_CAPABILITY")
+    env["OPENMTIA_LOW_PRECISION"] = "native"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["native", "native", "native"]
+    env["OPENMTIA_LOW_PRECISION"] = "fast"
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert r.stdout.split()[0] == "auto"
+    assert "ignoring OPENMTIA_LOW_PRECISION='fast'" in r.stderr
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+def test_mixed_dtypes_raise_as_on_cpu(dtype, mode):
+    a, b = positive(3, 4, dtype=dtype), torch.rand(4, 2)
+    with pytest.raises(RuntimeError) as cpu_error:
+        torch.mm(a, b)
+    with pytest.raises(RuntimeError) as mtia_error:
+        torch.mm(a.to("mtia"), b.to("mtia"))
+    assert str(mtia_error.value) == str(cpu_error.value)
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+def test_shape_errors_raise_at_the_call_as_on_cpu(dtype, mode):
+    a, b = positive(3, 4, dtype=dtype), positive(5, 2, dtype=dtype)
+    with pytest.raises(RuntimeError, match=r"mat1 and mat2 shapes cannot be multiplied \(3x4 and 5x2\)"):
+        torch.mm(a.to("mtia"), b.to("mtia"))
+    # and the device stays usable
+    close(a.to("mtia") @ a.t().to("mtia"), a @ a.t())
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+def test_in_place_and_out_overloads_match_cpu(dtype, mode):
+    # they keep the dtype's own kernel (the float32 path is for functional calls)
+    a, b, c = positive(7, 13, dtype=dtype), positive(13, 5, dtype=dtype), positive(7, 5, dtype=dtype)
+    cpu = c.clone().addmm_(a, b)
+    close(c.to("mtia").addmm_(a.to("mtia"), b.to("mtia")), cpu)
+    out = torch.empty(7, 5, dtype=dtype, device="mtia")
+    torch.mm(a.to("mtia"), b.to("mtia"), out=out)
+    close(out, a @ b)

@@ -13,7 +13,6 @@
 #include <torch/library.h>
 
 #include "common.h"
-#include "low_precision.h"
 
 namespace openmtia {
 
@@ -28,7 +27,7 @@ void convolution(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
     if (v.isTensor() && v.toTensor().defined() && v.toTensor().dim() >= 3 && !v.toTensor().is_contiguous())
       v = v.toTensor().contiguous();
   }
-  matrixOpKernel(op, stack);  // in float32 where bf16/fp16 kernels are slow (low_precision.h)
+  boxedFallback(op, stack);
 }
 
 }  // namespace

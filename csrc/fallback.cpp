@@ -128,7 +128,7 @@ class HostCall {
       const auto& type = schema.arguments()[i].type();
       (*stack_)[first + i] = toHost((*stack_)[first + i], type);
     }
-    op_.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack_);
+    callCpuKernel(op_, stack_, float32Call(op_, *stack_));  // (bf16/fp16 matrix ops: low_precision.h)
     writeBack();
     const size_t nrets = schema.returns().size();
     for (size_t i = stack_->size() - nrets; i < stack_->size(); ++i) (*stack_)[i] = toDevice((*stack_)[i]);
@@ -734,10 +734,11 @@ class AsyncCall {
       flat[k]._set_conj(m.conj);
       flat[k]._set_neg(m.neg);
     }
+    const bool float32 = float32Call(op_, *stack_);  // (bf16/fp16 matrix ops: low_precision.h)
     int64_t work = workElements(args);
     for (auto& [slot, out] : outs) work += out.numel();
     std::shared_ptr<PrebuiltKernel> prebuilt;
-    if (draws.empty() && isCapturing(device_)) prebuilt = prebuild(*plan, flat, args, outs);
+    if (draws.empty() && !float32 && isCapturing(device_)) prebuilt = prebuild(*plan, flat, args, outs);
     if (failing_plan_) {  // the kernel's error, raised by the task as a device error
       launchOnCurrentStream(device_, schema.name().c_str(), [message = failure_] { throw std::runtime_error(message); });
     } else if (prebuilt) {  // a graph replay runs only the CPU loop
@@ -748,12 +749,13 @@ class AsyncCall {
     } else if (plan->out_op) {  // the kernel writes into the device outputs themselves
       for (auto& [slot, out] : outs) args.emplace_back(out);
       launchOnCurrentStream(device_, schema.name().c_str(),
-                            [op = *plan->out_op, host = std::move(args), draws = std::move(draws), work, plan]() {
+                            [op = *plan->out_op, host = std::move(args), draws = std::move(draws), work, plan,
+                             float32]() {
                               std::vector<c10::IValue>& stack = callStack(host, draws);
                               useKernelThreads(work);
                               {
                                 at::AutoDispatchBelowADInplaceOrView below_autograd;
-                                op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &stack);
+                                callCpuKernel(op, &stack, float32);
                               }
                               stack.clear();  // the task still holds what it references
                               checkOutputsKept(op, host, *plan);
@@ -762,7 +764,7 @@ class AsyncCall {
       auto op = op_;
       launchOnCurrentStream(
           device_, schema.name().c_str(),
-          [op, host = std::move(args), outs = std::move(outs), draws = std::move(draws), work]() mutable {
+          [op, host = std::move(args), outs = std::move(outs), draws = std::move(draws), work, float32]() mutable {
             std::vector<c10::IValue>& stack = callStack(host, draws);
             useKernelThreads(work);
             std::vector<ResultPlacement::Slot> slots;
@@ -772,7 +774,7 @@ class AsyncCall {
               // as on the host: kernels run below autograd
               at::AutoDispatchBelowADInplaceOrView below_autograd;
               ResultPlacement placement(std::move(slots));  // results allocated in the outputs
-              op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &stack);
+              callCpuKernel(op, &stack, float32);
             }
             takeResults(op, stack, outs);
             stack.clear();
@@ -1146,7 +1148,6 @@ TORCH_LIBRARY_IMPL(aten, MTIA, m) {
     std::string name = std::string(op.name).substr(6);  // without "aten::"
     if (*op.overload) name += std::string(".") + op.overload;
     if (unboxedOps().count(name)) continue;  // pointwise.cpp's kernel (which falls back here)
-    if (lowPrecisionMatrixOps().count(name)) continue;  // low_precision.cpp's (which falls back here)
     m.impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<&mtiaFallback>());
   }
 }

@@ -3,9 +3,7 @@
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/Version.h>
-#include <ATen/ops/_to_copy.h>
-#include <c10/core/impl/LocalDispatchKeySet.h>
-#include <torch/library.h>
+#include <algorithm>
 
 #include <atomic>
 #include <cstdlib>
@@ -65,31 +63,6 @@ std::atomic<int64_t> g_float32_calls{0};
 
 bool isWritten(const c10::Argument& a) { return a.alias_info() && a.alias_info()->isWrite(); }
 
-// Whether the call's operands are low-precision floating tensors of one dtype
-// on one mtia device, with no argument written (a functional overload):
-// then `*dtype` is theirs.
-bool upcastable(const c10::OperatorHandle& op, const torch::jit::Stack& stack, c10::ScalarType* dtype) {
-  const auto& args = op.schema().arguments();
-  const size_t first = stack.size() - args.size();
-  std::optional<c10::ScalarType> low;
-  std::optional<c10::Device> device;
-  for (size_t i = 0; i < args.size(); ++i) {
-    if (isWritten(args[i])) return false;
-    const c10::IValue& v = stack[first + i];
-    if (v.isTensorList() || v.isOptionalTensorList()) return false;
-    if (!v.isTensor() || !v.toTensor().defined()) continue;
-    const at::Tensor& t = v.toTensor();
-    if (t.device().type() != kMTIA || (device && t.device() != *device)) return false;
-    device = t.device();
-    if (!t.is_floating_point()) continue;
-    if (low && t.scalar_type() != *low) return false;  // mixed: CPU's kernel decides (and raises)
-    low = t.scalar_type();
-  }
-  if (!low || (*low != at::kBFloat16 && *low != at::kHalf)) return false;
-  *dtype = *low;
-  return true;
-}
-
 }  // namespace
 
 LowPrecisionPath lowPrecisionPath(c10::ScalarType dtype) {
@@ -119,40 +92,63 @@ std::string lowPrecisionMode() {
   return "auto";
 }
 
-void matrixOpKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  c10::ScalarType low;
-  if (!upcastable(op, *stack, &low) || lowPrecisionPath(low) != LowPrecisionPath::kFloat32) {
-    boxedFallback(op, stack);
+bool float32Call(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
+  if (!lowPrecisionMatrixOps().count(op.schema().name())) return false;
+  const size_t nargs = op.schema().arguments().size();
+  std::optional<c10::ScalarType> low;
+  for (size_t i = stack.size() - nargs; i < stack.size(); ++i) {
+    const c10::IValue& v = stack[i];
+    if (v.isTensorList() || v.isOptionalTensorList()) return false;
+    if (!v.isTensor() || !v.toTensor().defined() || !v.toTensor().is_floating_point()) continue;
+    if (low && v.toTensor().scalar_type() != *low) return false;  // mixed: CPU's kernel decides (and raises)
+    low = v.toTensor().scalar_type();
+  }
+  return low && (*low == at::kBFloat16 || *low == at::kHalf) && lowPrecisionPath(*low) == LowPrecisionPath::kFloat32;
+}
+
+void callCpuKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, bool float32) {
+  if (!float32) {
+    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
     return;
   }
   g_float32_calls.fetch_add(1, std::memory_order_relaxed);
-  at::AutoDispatchBelowADInplaceOrView below_autograd;  // conversions are part of this op
-  const size_t nargs = op.schema().arguments().size();
-  for (size_t i = stack->size() - nargs; i < stack->size(); ++i) {
-    c10::IValue& v = (*stack)[i];
-    if (v.isTensor() && v.toTensor().defined() && v.toTensor().scalar_type() == low)
-      v = at::_to_copy(v.toTensor(), at::kFloat);
+  const auto& args = op.schema().arguments();
+  const size_t first = stack->size() - args.size();
+  c10::ScalarType low = at::kBFloat16;
+  std::vector<std::pair<at::Tensor, at::Tensor>> written;  // (argument, its float32 stand-in)
+  for (size_t i = 0; i < args.size(); ++i) {
+    c10::IValue& v = (*stack)[first + i];
+    if (!v.isTensor()) continue;
+    const at::Tensor t = v.toTensor();
+    if (!t.defined() || (t.scalar_type() != at::kBFloat16 && t.scalar_type() != at::kHalf)) continue;
+    low = t.scalar_type();
+    at::Tensor f = t.to(at::kFloat);  // its values too: an in-place op reads them
+    if (isWritten(args[i])) written.emplace_back(t, f);
+    v = std::move(f);
   }
-  boxedFallback(op, stack);
+  op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+  for (auto& [t, f] : written) {  // each written argument rounded once
+    if (!t.sizes().equals(f.sizes())) t.resize_(f.sizes());  // as the kernel resizes an out= argument
+    t.copy_(f);
+  }
   const size_t nrets = op.schema().returns().size();
   for (size_t i = stack->size() - nrets; i < stack->size(); ++i) {
     c10::IValue& v = (*stack)[i];
-    if (v.isTensor() && v.toTensor().defined() && v.toTensor().scalar_type() == at::kFloat)
-      v = at::_to_copy(v.toTensor(), low);  // the one rounding of the result
+    if (!v.isTensor() || !v.toTensor().defined() || v.toTensor().scalar_type() != at::kFloat) continue;
+    const at::Tensor r = v.toTensor();
+    auto w = std::find_if(written.begin(), written.end(), [&](const auto& p) { return p.second.is_same(r); });
+    v = w != written.end() ? w->first : r.to(low);  // a returned argument, or a fresh result rounded once
   }
 }
 
 int64_t lowPrecisionFloat32Calls() { return g_float32_calls.load(); }
 
 const std::unordered_set<std::string>& lowPrecisionMatrixOps() {
-  static const std::unordered_set<std::string> ops = {"mm", "addmm", "bmm", "baddbmm", "addbmm"};
+  static const std::unordered_set<std::string> ops = {
+      "aten::mm",     "aten::addmm",   "aten::addmm_",       "aten::bmm",          "aten::baddbmm",
+      "aten::baddbmm_", "aten::addbmm", "aten::addbmm_",     "aten::convolution", "aten::_convolution",
+      "aten::convolution_backward"};
   return ops;
-}
-
-TORCH_LIBRARY_IMPL(aten, MTIA, m) {
-  // (the convolutions' kernel, convolution.cpp, calls matrixOpKernel itself)
-  for (const auto& name : lowPrecisionMatrixOps())
-    m.impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<&matrixOpKernel>());
 }
 
 }  // namespace openmtia

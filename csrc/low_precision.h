@@ -40,13 +40,19 @@ LowPrecisionPath lowPrecisionPath(c10::ScalarType dtype);
 void setLowPrecisionMode(const std::string& mode);
 std::string lowPrecisionMode();
 
-// The kernel of the matrix ops: the boxed fallback, through float32 when the
-// path of the operands' dtype says so (functional overloads whose floating
-// operands share one low-precision dtype; other calls unchanged).
-void matrixOpKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+// Whether the fallback's CPU kernel for this call of `op` (its arguments
+// last on `stack`) computes in float32: a matrix op whose floating tensors
+// share one low-precision dtype whose path is kFloat32. Any overload: the
+// functional, in-place and out= ones.
+bool float32Call(const c10::OperatorHandle& op, const torch::jit::Stack& stack);
+// Runs the CPU kernel over the host tensors on `stack`: the op itself, or
+// with float32 the op over float32 copies of the bf16/fp16 tensors, then each
+// written argument and each fresh result rounded once to their dtype. (In
+// the fallback's tasks and synchronous calls, so one task does it all.)
+void callCpuKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, bool float32);
 // How many calls took the float32 path so far (for tests).
 int64_t lowPrecisionFloat32Calls();
-// The ops it is registered for, "name" or "name.overload" without "aten::".
+// The matrix ops, "aten::name" (every overload).
 const std::unordered_set<std::string>& lowPrecisionMatrixOps();
 
 }  // namespace openmtia

@@ -145,9 +145,8 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("_low_precision_float32_calls", &openmtia::lowPrecisionFloat32Calls);
   m.def("_low_precision_matrix_ops", [] {
-    std::vector<std::string> out;
-    for (const auto& name : openmtia::lowPrecisionMatrixOps()) out.push_back("aten::" + name);
-    return out;
+    const auto& ops = openmtia::lowPrecisionMatrixOps();
+    return std::vector<std::string>(ops.begin(), ops.end());
   });
   // The fallback's plan cache (csrc/plan_cache.h): its size, bounds and counts.
   m.def("_plan_cache_stats", [] {

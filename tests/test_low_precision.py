@@ -39,6 +39,7 @@ def calls(mode, f):
     """Runs f and checks which path it took."""
     n = C._low_precision_float32_calls()
     out = f()
+    torch.mtia.synchronize()  # (counted when the task runs)
     took = C._low_precision_float32_calls() - n
     if mode == "float32":
         assert took > 0, "the float32 path did not run"
@@ -142,6 +143,7 @@ def test_training_step_under_autocast_matches_cpu(dtype, mode):
         assert h.dtype == dtype and y.dtype == dtype
         y.float().pow(2).sum().backward()
         results[device] = (y, c.weight.grad, l.weight.grad, l.bias.grad)
+    torch.mtia.synchronize()
     took = C._low_precision_float32_calls() - n  # the mtia pass's matrix ops, forward and backward
     assert took == 5 if mode == "float32" else took == 0, took  # conv, addmm; their backward: conv, 2 mm
     for m, c in zip(results["mtia"], results["cpu"]):
@@ -210,10 +212,19 @@ def test_shape_errors_raise_at_the_call_as_on_cpu(dtype, mode):
 
 @pytest.mark.parametrize("dtype", LOW, ids=str)
 def test_in_place_and_out_overloads_match_cpu(dtype, mode):
-    # they keep the dtype's own kernel (the float32 path is for functional calls)
+    # the float32 path rounds the written argument once; an out= argument of
+    # the wrong size is resized as CPU resizes it; first and later calls
     a, b, c = positive(7, 13, dtype=dtype), positive(13, 5, dtype=dtype), positive(7, 5, dtype=dtype)
-    cpu = c.clone().addmm_(a, b)
-    close(c.to("mtia").addmm_(a.to("mtia"), b.to("mtia")), cpu)
-    out = torch.empty(7, 5, dtype=dtype, device="mtia")
-    torch.mm(a.to("mtia"), b.to("mtia"), out=out)
-    close(out, a @ b)
+    for _ in range(2):
+        cpu = c.clone().addmm_(a, b, beta=0.5)
+        m = c.to("mtia")
+        r = calls(mode, lambda: m.addmm_(a.to("mtia"), b.to("mtia"), beta=0.5))
+        assert r is m
+        close(m, cpu)
+        out = torch.empty(7, 5, dtype=dtype, device="mtia")
+        r = calls(mode, lambda: torch.mm(a.to("mtia"), b.to("mtia"), out=out))
+        assert r is out
+        close(out, a @ b)
+        out = torch.empty(0, dtype=dtype, device="mtia")
+        calls(mode, lambda: torch.bmm(a[None].to("mtia"), b[None].to("mtia"), out=out))
+        close(out, torch.bmm(a[None], b[None]))

@@ -185,11 +185,12 @@ LOW_PRECISION_CASES = [
 LOW_PRECISION_TARGET = 1.1  # mtia low-precision time / mtia float32 time
 
 
-def alternating(fns, repeats, inner):
-    """Median time of each of fns (name -> (fn, sync)), run in turns."""
-    for fn, sync in fns.values():  # warm-up (plans, allocations, lazy init)
-        fn()
-        fn()
+def alternating(fns, repeats, inner, warmup=2):
+    """Median time of each of fns (name -> (fn, sync)), run in turns after
+    `warmup` calls of each (plans, allocations, compiles, lazy init)."""
+    for fn, sync in fns.values():
+        for _ in range(warmup):
+            fn()
         sync()
     times = {name: [] for name in fns}
     for _ in range(repeats):

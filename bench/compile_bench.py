@@ -17,7 +17,7 @@ import torch
 import torch._dynamo
 from torch._inductor import config
 
-from bench import on, run_once
+from bench import alternating, on
 
 
 def mlp_model():
@@ -71,16 +71,9 @@ ROWS = [
 
 
 def measure(variants, repeats, inner):
-    """Median time of each variant, the variants run alternately."""
-    for fn, sync in variants.values():  # warm-up: compiles, plans, recordings
-        for _ in range(3):
-            fn()
-        sync()
-    times = {k: [] for k in variants}
-    for _ in range(repeats):
-        for k, (fn, sync) in variants.items():
-            times[k].append(run_once(fn, sync, inner))
-    return {k: statistics.median(v) for k, v in times.items()}
+    """Median time of each variant, the variants run alternately (after 3
+    warm-up calls: compiles, plans, recordings)."""
+    return alternating(variants, repeats, inner, warmup=3)
 
 
 def fmt(t):

@@ -43,7 +43,9 @@ else
   # object to its team reads as a race. One kernel thread: the races between
   # openmtia's threads (host, stream workers, autograd, c10d) stay visible.
   export OMP_NUM_THREADS=1
-  export TSAN_OPTIONS="log_path=$logs/tsan:halt_on_error=0:report_signal_unsafe=0:suppressions=$sup/tsan.supp"
+  # die_after_fork=0: the fork tests start threads in the child (TSan would kill it:
+  # "starting new threads after multi-threaded fork is not supported")
+  export TSAN_OPTIONS="log_path=$logs/tsan:halt_on_error=0:report_signal_unsafe=0:die_after_fork=0:suppressions=$sup/tsan.supp"
 fi
 
 echo "== runtime GoogleTests ($kind)"

@@ -735,6 +735,14 @@ class AsyncCall {
       flat[k]._set_neg(m.neg);
     }
     const bool float32 = float32Call(op_, *stack_);  // (bf16/fp16 matrix ops: low_precision.h)
+    std::vector<ResultPlacement::Slot> scratch;       // its float32 stand-ins, served from device memory
+    std::vector<at::Tensor> scratch_views;            // (device tensors: the task keeps their blocks)
+    if (float32) {
+      std::vector<at::Tensor> low = flat;
+      for (const auto& [slot, out] : outs) low.push_back(out);
+      scratch_views = float32Scratch(low);
+      for (const at::Tensor& v : scratch_views) scratch.push_back({v.data_ptr(), v.storage().nbytes()});
+    }
     int64_t work = workElements(args);
     for (auto& [slot, out] : outs) work += out.numel();
     std::shared_ptr<PrebuiltKernel> prebuilt;
@@ -750,11 +758,12 @@ class AsyncCall {
       for (auto& [slot, out] : outs) args.emplace_back(out);
       launchOnCurrentStream(device_, schema.name().c_str(),
                             [op = *plan->out_op, host = std::move(args), draws = std::move(draws), work, plan,
-                             float32]() {
+                             float32, scratch, keep = std::move(scratch_views)]() {
                               std::vector<c10::IValue>& stack = callStack(host, draws);
                               useKernelThreads(work);
                               {
                                 at::AutoDispatchBelowADInplaceOrView below_autograd;
+                                ResultPlacement placement(scratch);
                                 callCpuKernel(op, &stack, float32);
                               }
                               stack.clear();  // the task still holds what it references
@@ -764,10 +773,11 @@ class AsyncCall {
       auto op = op_;
       launchOnCurrentStream(
           device_, schema.name().c_str(),
-          [op, host = std::move(args), outs = std::move(outs), draws = std::move(draws), work, float32]() mutable {
+          [op, host = std::move(args), outs = std::move(outs), draws = std::move(draws), work, float32,
+           scratch = std::move(scratch), keep = std::move(scratch_views)]() mutable {
             std::vector<c10::IValue>& stack = callStack(host, draws);
             useKernelThreads(work);
-            std::vector<ResultPlacement::Slot> slots;
+            std::vector<ResultPlacement::Slot> slots = scratch;  // first: a float32 stand-in takes its own
             for (auto& [slot, out] : outs)
               if (out.numel() > 0) slots.push_back({out.data_ptr(), out.storage().nbytes()});
             {

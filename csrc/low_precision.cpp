@@ -2,6 +2,7 @@
 #include "low_precision.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/EmptyTensor.h>
 #include <ATen/Version.h>
 #include <algorithm>
 
@@ -139,6 +140,16 @@ void callCpuKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, bool
     auto w = std::find_if(written.begin(), written.end(), [&](const auto& p) { return p.second.is_same(r); });
     v = w != written.end() ? w->first : r.to(low);  // a returned argument, or a fresh result rounded once
   }
+}
+
+std::vector<at::Tensor> float32Scratch(const std::vector<at::Tensor>& tensors) {
+  std::vector<at::Tensor> out;
+  for (const at::Tensor& t : tensors) {
+    if (!t.defined() || t.numel() == 0 || (t.scalar_type() != at::kBFloat16 && t.scalar_type() != at::kHalf)) continue;
+    out.push_back(at::detail::empty_generic({t.numel()}, deviceAllocator(), c10::DispatchKeySet(c10::DispatchKey::MTIA),
+                                            at::kFloat, std::nullopt));
+  }
+  return out;
 }
 
 int64_t lowPrecisionFloat32Calls() { return g_float32_calls.load(); }

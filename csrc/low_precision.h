@@ -18,12 +18,14 @@
 //   native   always the CPU kernel of the dtype itself.
 #pragma once
 
+#include <ATen/core/Tensor.h>
 #include <ATen/core/stack.h>
 #include <c10/core/ScalarType.h>
 
 #include <cstdint>
 #include <string>
 #include <unordered_set>
+#include <vector>
 
 namespace c10 {
 class OperatorHandle;
@@ -50,6 +52,13 @@ bool float32Call(const c10::OperatorHandle& op, const torch::jit::Stack& stack);
 // written argument and each fresh result rounded once to their dtype. (In
 // the fallback's tasks and synchronous calls, so one task does it all.)
 void callCpuKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, bool float32);
+// Device memory for the float32 stand-ins of a float32 call (its bf16/fp16
+// `tensors`: arguments and fresh outputs, one float32 buffer of each one's
+// element count). The task serves its conversions and the kernel's float32
+// results from them (ResultPlacement): memory the caching allocator reuses,
+// instead of fresh heap pages each call. The task holds them (not host views,
+// which do not keep a block allocated) until it is destroyed.
+std::vector<at::Tensor> float32Scratch(const std::vector<at::Tensor>& tensors);
 // How many calls took the float32 path so far (for tests).
 int64_t lowPrecisionFloat32Calls();
 // The matrix ops, "aten::name" (every overload).

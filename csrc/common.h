@@ -96,9 +96,12 @@ class ResultPlacement {
 };
 
 // ---- tensors
-// A CPU tensor that views the same (host-addressable) memory as an mtia tensor,
-// and keeps that memory alive. Only for use after the stream that writes it has
-// been waited for, or inside a task on that stream.
+// A CPU tensor that views the same (host-addressable) memory as an mtia tensor.
+// It does not keep a device block allocated (hostStorageOf): stream-ordered
+// reuse makes that safe for a task on the stream, but two buffers that one
+// task uses together must be held as device tensors until it has run. Only for
+// use after the stream that writes it has been waited for, or inside a task on
+// that stream.
 at::Tensor hostView(const at::Tensor& t);
 // A CPU storage over the same bytes as a device storage; resizable through
 // `resize_allocator` when given.

@@ -28,16 +28,8 @@ def run_once(fn, sync, inner):
 
 def paired(factory, repeats, inner):
     """(cpu time, mtia time, per-repeat time ratios mtia/cpu), runs alternating."""
-    fns = {d: factory(d) for d in ("cpu", "mtia")}
-    for d, fn in fns.items():  # warm-up (plans, allocations, lazy init)
-        fn()
-        fn()
-        on(d)()
-    cpu, mtia = [], []
-    for _ in range(repeats):
-        cpu.append(run_once(fns["cpu"], on("cpu"), inner))
-        mtia.append(run_once(fns["mtia"], on("mtia"), inner))
-    return statistics.median(cpu), statistics.median(mtia), [m / c for c, m in zip(cpu, mtia)]
+    t = alternating({d: (factory(d), on(d)) for d in ("cpu", "mtia")}, repeats, inner)
+    return statistics.median(t["cpu"]), statistics.median(t["mtia"]), [m / c for c, m in zip(t["cpu"], t["mtia"])]
 
 
 def on(device):
@@ -186,8 +178,8 @@ LOW_PRECISION_TARGET = 1.1  # mtia low-precision time / mtia float32 time
 
 
 def alternating(fns, repeats, inner, warmup=2):
-    """Median time of each of fns (name -> (fn, sync)), run in turns after
-    `warmup` calls of each (plans, allocations, compiles, lazy init)."""
+    """Per-repeat times of each of fns (name -> (fn, sync)), run in turns
+    after `warmup` calls of each (plans, allocations, compiles, lazy init)."""
     for fn, sync in fns.values():
         for _ in range(warmup):
             fn()
@@ -196,7 +188,7 @@ def alternating(fns, repeats, inner, warmup=2):
     for _ in range(repeats):
         for name, (fn, sync) in fns.items():
             times[name].append(run_once(fn, sync, inner))
-    return {name: statistics.median(t) for name, t in times.items()}
+    return times
 
 
 def low_precision_table(repeats, quick):
@@ -214,7 +206,7 @@ def low_precision_table(repeats, quick):
             fns = {"f32": (factory("mtia", torch.float32), on("mtia")),
                    "low": (factory("mtia", dtype), on("mtia")),
                    "cpu": (factory("cpu", dtype), on("cpu"))}
-            t = alternating(fns, repeats, inner)
+            t = {k: statistics.median(v) for k, v in alternating(fns, repeats, inner).items()}
             ratio = t["low"] / t["f32"]
             ok = ratio <= LOW_PRECISION_TARGET
             short = str(dtype).replace("torch.", "")

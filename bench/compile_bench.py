@@ -73,7 +73,7 @@ ROWS = [
 def measure(variants, repeats, inner):
     """Median time of each variant, the variants run alternately (after 3
     warm-up calls: compiles, plans, recordings)."""
-    return alternating(variants, repeats, inner, warmup=3)
+    return {k: statistics.median(v) for k, v in alternating(variants, repeats, inner, warmup=3).items()}
 
 
 def fmt(t):

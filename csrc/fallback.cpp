@@ -736,12 +736,12 @@ class AsyncCall {
     }
     const bool float32 = float32Call(op_, *stack_);  // (bf16/fp16 matrix ops: low_precision.h)
     std::vector<ResultPlacement::Slot> scratch;       // its float32 stand-ins, served from device memory
-    std::vector<at::Tensor> scratch_views;            // (device tensors: the task keeps their blocks)
+    std::vector<at::Tensor> scratch_tensors;          // (device tensors: the task keeps their blocks)
     if (float32) {
       std::vector<at::Tensor> low = flat;
       for (const auto& [slot, out] : outs) low.push_back(out);
-      scratch_views = float32Scratch(low);
-      for (const at::Tensor& v : scratch_views) scratch.push_back({v.data_ptr(), v.storage().nbytes()});
+      scratch_tensors = float32Scratch(low);
+      for (const at::Tensor& v : scratch_tensors) scratch.push_back({v.data_ptr(), v.storage().nbytes()});
     }
     int64_t work = workElements(args);
     for (auto& [slot, out] : outs) work += out.numel();
@@ -758,7 +758,7 @@ class AsyncCall {
       for (auto& [slot, out] : outs) args.emplace_back(out);
       launchOnCurrentStream(device_, schema.name().c_str(),
                             [op = *plan->out_op, host = std::move(args), draws = std::move(draws), work, plan,
-                             float32, scratch, keep = std::move(scratch_views)]() {
+                             float32, scratch, keep = std::move(scratch_tensors)]() {
                               std::vector<c10::IValue>& stack = callStack(host, draws);
                               useKernelThreads(work);
                               {
@@ -774,7 +774,7 @@ class AsyncCall {
       launchOnCurrentStream(
           device_, schema.name().c_str(),
           [op, host = std::move(args), outs = std::move(outs), draws = std::move(draws), work, float32,
-           scratch = std::move(scratch), keep = std::move(scratch_views)]() mutable {
+           scratch = std::move(scratch), keep = std::move(scratch_tensors)]() mutable {
             std::vector<c10::IValue>& stack = callStack(host, draws);
             useKernelThreads(work);
             std::vector<ResultPlacement::Slot> slots = scratch;  // first: a float32 stand-in takes its own

@@ -62,12 +62,14 @@ bool nativeOnThisHost(c10::ScalarType dtype) {
 
 std::atomic<int64_t> g_float32_calls{0};
 
+bool isLowPrecision(c10::ScalarType t) { return t == at::kBFloat16 || t == at::kHalf; }
+
 bool isWritten(const c10::Argument& a) { return a.alias_info() && a.alias_info()->isWrite(); }
 
 }  // namespace
 
 LowPrecisionPath lowPrecisionPath(c10::ScalarType dtype) {
-  if (dtype != at::kBFloat16 && dtype != at::kHalf) return LowPrecisionPath::kNative;
+  if (!isLowPrecision(dtype)) return LowPrecisionPath::kNative;
   switch (mode().load()) {
     case Mode::kFloat32:
       return LowPrecisionPath::kFloat32;
@@ -104,7 +106,7 @@ bool float32Call(const c10::OperatorHandle& op, const torch::jit::Stack& stack) 
     if (low && v.toTensor().scalar_type() != *low) return false;  // mixed: CPU's kernel decides (and raises)
     low = v.toTensor().scalar_type();
   }
-  return low && (*low == at::kBFloat16 || *low == at::kHalf) && lowPrecisionPath(*low) == LowPrecisionPath::kFloat32;
+  return low && isLowPrecision(*low) && lowPrecisionPath(*low) == LowPrecisionPath::kFloat32;
 }
 
 void callCpuKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, bool float32) {
@@ -121,7 +123,7 @@ void callCpuKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, bool
     c10::IValue& v = (*stack)[first + i];
     if (!v.isTensor()) continue;
     const at::Tensor t = v.toTensor();
-    if (!t.defined() || (t.scalar_type() != at::kBFloat16 && t.scalar_type() != at::kHalf)) continue;
+    if (!t.defined() || !isLowPrecision(t.scalar_type())) continue;
     low = t.scalar_type();
     at::Tensor f = t.to(at::kFloat);  // its values too: an in-place op reads them
     if (isWritten(args[i])) written.emplace_back(t, f);
@@ -145,7 +147,7 @@ void callCpuKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, bool
 std::vector<at::Tensor> float32Scratch(const std::vector<at::Tensor>& tensors) {
   std::vector<at::Tensor> out;
   for (const at::Tensor& t : tensors) {
-    if (!t.defined() || t.numel() == 0 || (t.scalar_type() != at::kBFloat16 && t.scalar_type() != at::kHalf)) continue;
+    if (!t.defined() || t.numel() == 0 || !isLowPrecision(t.scalar_type())) continue;
     out.push_back(at::detail::empty_generic({t.numel()}, deviceAllocator(), c10::DispatchKeySet(c10::DispatchKey::MTIA),
                                             at::kFloat, std::nullopt));
   }

@@ -4,11 +4,13 @@
 // instructions, CPU PyTorch's bf16 mm is ~50x slower than float32, its
 // convolutions ~20x: the device would be slowest in its own training dtype.
 // There, the matrix ops (mm, addmm, bmm, baddbmm, addbmm, the convolutions and
-// their backward) of bf16/fp16 operands run in float32: the operands are
-// converted on the device, the float32 kernel runs, and each result is rounded
-// once to the operands' dtype. That is how CPU's native low-precision kernels
+// their backward) of bf16/fp16 operands run in float32: the op's task
+// converts the operands, runs the float32 kernel, and rounds each result once
+// to the operands' dtype. That is how CPU's native low-precision kernels
 // define the numerics (float32 accumulation, one rounding per result), so the
-// results agree with CPU's within torch.testing's bf16/fp16 tolerances.
+// results agree with those within torch.testing's bf16/fp16 tolerances; where
+// CPU's kernel rounds partial sums to the dtype (col2im, addbmm's per-batch
+// sums) they differ by more, and are closer to the float64 result than CPU's.
 //
 // The path is chosen per dtype (OPENMTIA_LOW_PRECISION):
 //   auto     (default) native where the host has the instructions and ATen

@@ -6,7 +6,8 @@
 // first call runs synchronously and what the CPU kernel did becomes the
 // signature's plan (plan_cache.h); later calls allocate their outputs on the
 // device as planned and enqueue the CPU kernel as a task on the current
-// stream. Otherwise (scalar results, data-dependent shapes, value checks at
+// stream. A structured op's new shape of a known family is planned by its C++
+// meta function (AsyncCall::newShapePlan) and is asynchronous at once. Otherwise (scalar results, data-dependent shapes, value checks at
 // the call, Python CPU kernels) it runs synchronously (HostCall):
 //  - it waits for the current stream of the op's device (the host reads and
 //    writes device memory directly, so it must be ordered after queued work);
@@ -26,6 +27,7 @@
 #include <c10/core/GradMode.h>
 #include <c10/core/InferenceMode.h>
 #include <c10/core/CPUAllocator.h>
+#include <c10/util/accumulate.h>
 #include <ATen/EmptyTensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/empty.h>
@@ -44,6 +46,7 @@
 
 #include "common.h"
 #include "low_precision.h"
+#include "meta_kernels.h"
 #include "plan_cache.h"
 
 namespace openmtia {
@@ -429,6 +432,41 @@ std::optional<c10::OperatorHandle> outOverload(const c10::OperatorHandle& op) {
   return h;
 }
 
+// A structured op's C++ meta function (meta_kernels.h), or nullptr.
+const c10::KernelFunction* cppMetaKernel(const c10::OperatorHandle& op) {
+  thread_local std::unordered_map<const void*, const c10::KernelFunction*> cache;  // per thread: no lock
+  auto it = cache.find(&op.schema());
+  if (it != cache.end()) return it->second;
+  return cache[&op.schema()] = structuredMetaKernel(op.schema().name() + "." + op.schema().overload_name());
+}
+
+// The same plan: the same results (inputs or fresh outputs with the same
+// metadata) and the same resized inputs.
+bool samePlan(const Plan& a, const Plan& b) {
+  auto same = [](const Plan::Meta& x, const Plan::Meta& y) {
+    return x.sizes == y.sizes && x.strides == y.strides && x.offset == y.offset && x.dtype == y.dtype &&
+           x.conj == y.conj && x.neg == y.neg;
+  };
+  if (a.returns.size() != b.returns.size() || a.is_list != b.is_list || a.resized.size() != b.resized.size())
+    return false;
+  for (size_t i = 0; i < a.returns.size(); ++i) {
+    if (a.returns[i].size() != b.returns[i].size()) return false;
+    for (size_t j = 0; j < a.returns[i].size(); ++j) {
+      const auto &x = a.returns[i][j], &y = b.returns[i][j];
+      if (x.input != y.input || (x.input < 0 && !same(x.meta, y.meta))) return false;
+    }
+  }
+  for (size_t k = 0; k < a.resized.size(); ++k)
+    if (a.resized[k].first != b.resized[k].first || !same(a.resized[k].second, b.resized[k].second)) return false;
+  return true;
+}
+
+// What a family's entry in the plan cache holds: only that the family is known.
+std::shared_ptr<const Plan> familyMark() {
+  static const auto mark = std::make_shared<const Plan>();
+  return mark;
+}
+
 std::atomic<int64_t>& stagedResults() {
   static std::atomic<int64_t> n{0};
   return n;
@@ -533,9 +571,13 @@ class Planner {
     CountingWarningHandler warnings(/*forward=*/false);  // the CPU kernel gives the call's warnings
     try {
       c10::WarningUtils::WarningHandlerGuard guard(&warnings);
-      auto run = [&] { op_.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta); };
-      if (hasPythonMetaKernel(op_)) warnings.count += withPythonWarningsRecorded(run);
-      else run();
+      if (const c10::KernelFunction* cpp = cppMetaKernel(op_)) {
+        cpp->callBoxed(op_, c10::DispatchKeySet(c10::DispatchKey::Meta), &meta);
+      } else {
+        auto run = [&] { op_.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta); };
+        if (hasPythonMetaKernel(op_)) warnings.count += withPythonWarningsRecorded(run);
+        else run();
+      }
     } catch (const std::exception& e) {
       if (isInterrupt(e)) throw;  // Ctrl-C during a Python meta kernel
       // no meta kernel, or invalid input: the synchronous path decides
@@ -674,6 +716,7 @@ class AsyncCall {
       key_ = kb.key();
       plan = planCache().get(key_);
     }
+    if (!plan && !isCapturing(device_)) plan = newShapePlan(args);
     if (!plan) {
       // A new signature. Its first call runs synchronously on the real data:
       // the CPU kernel makes its argument checks and gives its warnings at the
@@ -684,6 +727,9 @@ class AsyncCall {
       if (!isCapturing(device_)) {
         flat_args_ = flatTensors(args);
         for (const auto& t : flat_args_) before_.push_back(t.defined() ? metaOf(t) : Plan::Meta{});
+        // (a structured op: what its meta function plans, to see in learn()
+        // whether it is what the CPU kernel does)
+        if (!family_key_.empty()) meta_plan_ = Planner(op_).plan(args);
         return Result::kLearn;
       }
       // Nothing waits during a capture: this call takes the Meta kernel's
@@ -878,10 +924,53 @@ class AsyncCall {
       if (debugFallback())
         std::fprintf(stderr, "openmtia: %s runs synchronously: %s\n", op_.schema().name().c_str(), why.c_str());
     }
+    if (!warned && learnsFamily(*plan)) planCache().put(family_key_, familyMark());
     planCache().put(key_, std::move(plan));
   }
 
  private:
+  // New shapes of a known family (the call's signature without its sizes and
+  // strides; plan_cache.h) of a structured op: the CPU kernel has run over
+  // these dtypes, devices, ranks, aliasing and number classes without an
+  // error or a warning, and its meta function planned exactly what it did.
+  // A structured kernel's meta function is its argument check (the CPU kernel
+  // runs it first): it raises the call's argument errors (shapes) at the call;
+  // the checks of the impl (dtypes it has no kernel for) passed for this
+  // family. So the call is planned by the meta function, without running the
+  // op at the call: a loop over never-seen shapes (variable-length batches,
+  // generation) pays the op once, asynchronously. nullptr: a first call runs
+  // (not structured, a new family, or the meta function rejects or warns:
+  // then the CPU kernel gives the error or warning, at the call).
+  std::shared_ptr<const Plan> newShapePlan(const std::vector<c10::IValue>& args) {
+    if (!cppMetaKernel(op_)) return nullptr;  // not structured
+    const auto& schema = op_.schema();
+    KeyBuilder kb(op_, KeyBuilder::Shapes::kOmitted);
+    kb.addState(globalState());
+    for (size_t i = 0; i < args.size(); ++i)
+      if (!kb.add(args[i], schema.arguments()[i].type())) return nullptr;
+    family_key_ = kb.key();
+    if (!planCache().get(family_key_)) return nullptr;
+    std::shared_ptr<const Plan> plan = Planner(op_).plan(args);
+    if (!plan->async) return nullptr;
+    planCache().countShapeCall();
+    if (debugFallback()) std::fprintf(stderr, "openmtia: %s: a new shape of a known family\n", schema.name().c_str());
+    planCache().put(key_, plan);
+    return plan;
+  }
+
+  // Whether a structured op's first call, which made `plan`, makes its family
+  // known: the meta function planned the same, and no tensor (argument or
+  // result) was empty (a kernel may return before its dtype checks then).
+  bool learnsFamily(const Plan& plan) const {
+    if (!meta_plan_ || !meta_plan_->async || !plan.async || !samePlan(plan, *meta_plan_)) return false;
+    for (const auto& t : flat_args_)
+      if (t.defined() && t.numel() == 0) return false;
+    for (const auto& r : plan.returns)
+      for (const auto& o : r)
+        if (o.input < 0 && c10::multiply_integers(o.meta.sizes) == 0) return false;
+    return true;
+  }
+
   // The plan of what the CPU kernel did with the tensor arguments flat_args_
   // (which had the metadata before_), returning `rets`: results that are
   // inputs (in-place, out=), new dense results (their metadata), inputs it
@@ -1057,6 +1146,8 @@ class AsyncCall {
   std::unordered_map<c10::StorageImpl*, c10::Storage> host_storages_;
   // a new plan under verification
   std::string key_;
+  std::string family_key_;                  // a structured op's (newShapePlan)
+  std::shared_ptr<const Plan> meta_plan_;   // a structured op's first call: its meta function's plan
   std::vector<at::Tensor> flat_args_;
   std::vector<Plan::Meta> before_;
   // a first call that failed on device data (deferFailure)

@@ -55,9 +55,10 @@ int64_t numberClass(double v) {
 
 }  // namespace
 
-KeyBuilder::KeyBuilder(const c10::OperatorHandle& op) : exact_numbers_(numbersDecideShapes(op)) {
+KeyBuilder::KeyBuilder(const c10::OperatorHandle& op, Shapes shapes)
+    : shapes_(shapes == Shapes::kKept), exact_numbers_(numbersDecideShapes(op)) {
   key_.reserve(256);
-  put('@', static_cast<int64_t>(reinterpret_cast<intptr_t>(&op.schema())));
+  put(shapes_ ? '@' : 'F', static_cast<int64_t>(reinterpret_cast<intptr_t>(&op.schema())));
 }
 
 void KeyBuilder::addState(int64_t v) { put('G', v); }
@@ -141,7 +142,7 @@ bool KeyBuilder::tensor(const at::Tensor& t) {
                (static_cast<int64_t>(t.layout()) << 10) |
                (static_cast<int64_t>(t.unsafeGetTensorImpl()->is_wrapped_number()) << 16));
   put('r', t.dim());
-  for (int64_t d = 0; d < t.dim(); ++d) {
+  for (int64_t d = 0; shapes_ && d < t.dim(); ++d) {
     put('z', t.size(d));
     put('x', t.stride(d));
   }
@@ -241,6 +242,11 @@ void PlanCache::evict() {
 void PlanCache::countFirstCall() {
   std::lock_guard<std::mutex> lk(mu_);
   ++stats_.first_calls;
+}
+
+void PlanCache::countShapeCall() {
+  std::lock_guard<std::mutex> lk(mu_);
+  ++stats_.shape_calls;
 }
 
 PlanCacheStats PlanCache::stats() {

@@ -55,9 +55,15 @@ bool sameMeta(const at::Tensor& t, const Plan::Meta& m);  // sizes, strides, off
 // ranges kernels check), not its value: a learning rate that changes every
 // step is one signature. Its value is kept where it decides an output's
 // shape (arange, range, float lists).
+//
+// With `Shapes::kOmitted`, the key of the call's family: the signature
+// without the tensors' sizes and strides (their ranks stay). The calls of a
+// family differ only in shapes (see fallback.cpp's AsyncCall: a structured
+// op's new shape in a known family is planned by its meta function).
 class KeyBuilder {
  public:
-  explicit KeyBuilder(const c10::OperatorHandle& op);
+  enum class Shapes { kKept, kOmitted };
+  explicit KeyBuilder(const c10::OperatorHandle& op, Shapes shapes = Shapes::kKept);
   // false: the argument cannot be keyed (the call is not cached)
   bool add(const c10::IValue& v, const c10::TypePtr& type);
   void addState(int64_t v);  // global state the call depends on
@@ -72,6 +78,7 @@ class KeyBuilder {
   void putBytes(char tag, const T& v);
 
   std::string key_;
+  bool shapes_;
   bool exact_numbers_;
   std::optional<double> last_number_;
   std::vector<const void*> storages_;
@@ -83,6 +90,7 @@ class KeyBuilder {
 struct PlanCacheStats {
   int64_t entries = 0, bytes = 0, hits = 0, misses = 0, evictions = 0;
   int64_t first_calls = 0;  // a signature's first calls, run synchronously to make its plan
+  int64_t shape_calls = 0;  // first calls of a known family's new shape, planned by the meta function
   int64_t max_entries = 0, max_bytes = 0;
 };
 
@@ -91,6 +99,7 @@ class PlanCache {
   std::shared_ptr<const Plan> get(const std::string& key);
   void put(const std::string& key, std::shared_ptr<const Plan> plan);
   void countFirstCall();
+  void countShapeCall();
   PlanCacheStats stats();
   void setLimits(int64_t max_entries, int64_t max_bytes);  // <= 0: the default
   void clear();

@@ -158,6 +158,7 @@ PYBIND11_MODULE(_C, m) {
     d["misses"] = s.misses;
     d["evictions"] = s.evictions;
     d["first_calls"] = s.first_calls;
+    d["shape_calls"] = s.shape_calls;
     d["max_entries"] = s.max_entries;
     d["max_bytes"] = s.max_bytes;
     return d;

@@ -1,0 +1,165 @@
+"""New shapes cost what the op costs (issue 18, point 2).
+
+A signature's first call runs synchronously on the real data, once. For a
+structured op, a new shape of a known family (the signature without sizes and
+strides: dtypes, devices, ranks, aliasing, number classes) is planned by the
+op's C++ meta function, the CPU kernel's own argument check, and runs
+asynchronously: the call returns before the op has run, its argument errors
+still raise at the call, its device-data errors at the next sync.
+"""
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import openmtia
+
+
+def stats():
+    return openmtia._C._plan_cache_stats()
+
+
+def hold():
+    """Holds the current stream of mtia:0 until .release() (or 10 s)."""
+    return openmtia._C._launch_blocking_task(0, 10.0)
+
+
+def test_a_new_shape_of_a_known_family_returns_before_it_runs_with_cpus_values():
+    a, b = torch.randn(5, 7, dtype=torch.float64), torch.randn(5, 7, dtype=torch.float64)
+    first = stats()
+    got = torch.atan2(a.to("mtia"), b.to("mtia"))  # a new family: its first call runs at the call
+    assert torch.mtia.current_stream().query()
+    assert stats()["first_calls"] == first["first_calls"] + 1
+    for shape in [(6, 9), (1, 13), (40, 3)]:
+        a2, b2 = torch.randn(shape, dtype=torch.float64), torch.randn(shape, dtype=torch.float64)
+        ma, mb = a2.to("mtia"), b2.to("mtia")
+        torch.mtia.synchronize()
+        before = stats()
+        gate = hold()
+        try:
+            out = torch.atan2(ma, mb)  # a new shape: planned, queued behind the held stream
+            assert not torch.mtia.current_stream().query()
+            assert out.shape == shape and out.dtype == torch.float64
+        finally:
+            gate.release()
+        after = stats()
+        assert after["first_calls"] == before["first_calls"]
+        assert after["shape_calls"] == before["shape_calls"] + 1
+        assert torch.equal(out.cpu(), torch.atan2(a2, b2))
+    assert torch.equal(got.cpu(), torch.atan2(a, b))
+
+
+def test_a_new_shape_takes_cpus_strides_and_broadcasting():
+    x = torch.randn(4, 5, dtype=torch.float64)
+    (x.to("mtia").t() * torch.tensor(2.0, dtype=torch.float64, device="mtia")).cpu()
+    for shape in [(6, 7), (9, 2)]:
+        x = torch.randn(shape, dtype=torch.float64)
+        s = torch.tensor(2.0, dtype=torch.float64)
+        before = stats()["shape_calls"]
+        got = x.to("mtia").t() * s.to("mtia")  # a transposed input: CPU's output strides follow it
+        want = x.t() * s
+        assert stats()["shape_calls"] == before + 1
+        assert got.stride() == want.stride() and torch.equal(got.cpu(), want)
+
+
+def test_a_new_shape_of_matmul_runs_once_asynchronously():
+    torch.randn(3, 4, device="mtia") @ torch.randn(4, 5, device="mtia")
+    torch.mtia.synchronize()
+    a, b = torch.randn(301, 67), torch.randn(67, 129)
+    ma, mb = a.to("mtia"), b.to("mtia")
+    torch.mtia.synchronize()
+    gate = hold()
+    try:
+        out = ma @ mb
+        assert not torch.mtia.current_stream().query()
+    finally:
+        gate.release()
+    torch.testing.assert_close(out.cpu(), a @ b)
+
+
+def cases_at_the_call():
+    """(a call that makes the family known, a new shape of it that is invalid,
+    exception, message): shape errors the meta function raises."""
+    d = torch.float64
+    m = lambda *s: torch.randn(*s, dtype=d, device="mtia")  # noqa: E731
+    x = m(64)
+    return [
+        ("mm", lambda: m(3, 4) @ m(4, 6), lambda: m(3, 4) @ m(5, 6), RuntimeError,
+         r"mat1 and mat2 shapes cannot be multiplied \(3x4 and 5x6\)"),
+        ("broadcast", lambda: torch.hypot(m(3, 4), m(3, 4)), lambda: torch.hypot(m(3, 4), m(5, 4)), RuntimeError,
+         r"The size of tensor a \(3\) must match the size of tensor b \(5\)"),
+        ("in-place", lambda: m(3, 4).mul_(m(3, 4)), lambda: m(3, 4).mul_(m(3, 5)), RuntimeError,
+         r"The size of tensor a \(4\) must match the size of tensor b \(5\)"),
+        ("in-place broadcast", lambda: m(3, 4).sub_(m(1, 4)), lambda: m(3, 4).sub_(m(2, 4)), RuntimeError,
+         r"The size of tensor a \(3\) must match the size of tensor b \(2\)"),
+        # one storage, the same offsets: whether the views overlap depends on their sizes
+        ("in-place partial overlap", lambda: x[16:24].copysign_(x[0:8]), lambda: x[16:40].copysign_(x[0:24]),
+         RuntimeError, "unsupported operation"),
+    ]
+
+
+@pytest.mark.parametrize("case", [c[0] for c in cases_at_the_call()])
+def test_argument_errors_of_a_new_shape_raise_at_the_call(case):
+    name, known, invalid, exc, pattern = next(c for c in cases_at_the_call() if c[0] == case)
+    known()
+    torch.mtia.synchronize()
+    for _ in range(2):
+        with pytest.raises(exc, match=pattern):  # a task-time error would come only at the sync below
+            invalid()
+        torch.mtia.synchronize()  # nothing left behind
+    assert torch.ones(2, device="mtia").sum().item() == 2
+
+
+def test_a_family_not_implemented_for_a_dtype_raises_at_the_call_at_every_shape():
+    for n in (3, 5, 8):
+        with pytest.raises(NotImplementedError, match="floor is not supported for complex"):
+            torch.floor(torch.randn(n, 2, dtype=torch.complex64, device="mtia"))
+        torch.mtia.synchronize()
+
+
+def test_empty_tensors_do_not_make_a_family_known():
+    # a kernel may return before its dtype checks when there is nothing to do
+    torch.nextafter(torch.empty(0, 3, dtype=torch.float64, device="mtia"),
+                    torch.empty(0, 3, dtype=torch.float64, device="mtia"))
+    before = stats()
+    a, b = torch.randn(2, 3, dtype=torch.float64), torch.randn(2, 3, dtype=torch.float64)
+    got = torch.nextafter(a.to("mtia"), b.to("mtia"))
+    assert stats()["first_calls"] == before["first_calls"] + 1
+    assert stats()["shape_calls"] == before["shape_calls"]
+    assert torch.equal(got.cpu(), torch.nextafter(a, b))
+
+
+def test_index_errors_of_a_new_shape_raise_at_the_next_sync_naming_the_op():
+    src = torch.randn(4, 6, device="mtia")
+    torch.gather(src, 1, torch.tensor([[0, 1]] * 4, device="mtia"))
+    torch.mtia.synchronize()
+    src = torch.randn(5, 7, device="mtia")
+    bad = torch.tensor([[0, 9]] * 5, device="mtia")  # the values live on the device
+    before = stats()["shape_calls"]
+    y = torch.gather(src, 1, bad)  # as CUDA's device-side assert: not known at the call
+    assert stats()["shape_calls"] == before + 1
+    with pytest.raises(RuntimeError, match=r"asynchronous task 'aten::gather' failed.*index 9 is out of bounds"):
+        torch.mtia.synchronize()
+    del y
+    assert torch.ones(2, device="mtia").sum().item() == 2
+
+
+def test_planning_a_new_shape_runs_no_python():
+    # torch's Python meta kernels import torch._dynamo (~150 MiB) on their
+    # first call; the fallback plans with the C++ meta functions
+    code = textwrap.dedent("""
+        import sys, torch, openmtia
+        assert "torch._dynamo" not in sys.modules
+        for n in range(1, 40):
+            a, b = torch.randn(n, 16, device="mtia"), torch.randn(16, 8, device="mtia")
+            torch.nn.functional.gelu(a @ b).softmax(-1).sum(0)
+        torch.mtia.synchronize()
+        s = openmtia._C._plan_cache_stats()
+        assert s["shape_calls"] > 100, s
+        assert "torch._dynamo" not in sys.modules
+        print("ok")
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr

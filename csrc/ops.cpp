@@ -1,5 +1,6 @@
 // The ops every backend needs: allocation, views, resize, set_, scalar reads,
 // fill and zero.
+#include <ATen/Dispatch_v2.h>
 #include <ATen/EmptyTensor.h>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/TensorUtils.h>
@@ -154,12 +155,22 @@ void launchFill(const at::Tensor& self, const at::Tensor& value) {
   });
 }
 
+void launchFill(const at::Tensor& self, const c10::Scalar& value) {
+  launchOnCurrentStream(self.device().index(), "fill_", [hd = hostView(self), value]() mutable {
+    useKernelThreads(hd.numel());
+    at::AutoDispatchBelowADInplaceOrView guard;
+    hd.fill_(value);  // CPU's fill kernel
+  });
+}
+
 at::Tensor& fill_scalar(at::Tensor& self, const c10::Scalar& value) {
-  // Convert on the host so that a bad value raises here, not on the stream.
-  at::Tensor probe = at::empty({}, at::TensorOptions().dtype(self.scalar_type()));
-  probe.fill_(value);
+  // Convert on the host so that a bad value raises here, not on the stream:
+  // CPU's fill kernel converts with Scalar::to (the same check and message).
+  AT_DISPATCH_V2(self.scalar_type(), "fill_", AT_WRAP([&] { (void)value.to<scalar_t>(); }), AT_EXPAND(AT_ALL_TYPES_AND_COMPLEX),
+                 at::kBool, at::kHalf, at::kBFloat16, at::kComplexHalf, AT_EXPAND(AT_FLOAT8_TYPES),
+                 AT_EXPAND(AT_BAREBONES_UNSIGNED_TYPES));
   if (self.numel() == 0) return self;
-  launchFill(self, probe);
+  launchFill(self, value);
   return self;
 }
 
@@ -177,7 +188,10 @@ at::Tensor& fill_tensor(at::Tensor& self, const at::Tensor& value) {
   return fill_scalar(self, value.item());
 }
 
-at::Tensor& zero_(at::Tensor& self) { return fill_scalar(self, 0); }
+at::Tensor& zero_(at::Tensor& self) {
+  if (self.numel() > 0) launchFill(self, c10::Scalar(0));  // 0 converts to every dtype
+  return self;
+}
 
 void record_stream(at::Tensor& self, c10::Stream stream) {
   deviceAllocator()->recordStream(self.storage().data_ptr(), stream);

@@ -1,27 +1,164 @@
-// An unboxed launch path for the hottest pointwise ops: add, sub, mul and
-// div of two tensors.
+// An unboxed launch path for the pointwise ops small-step code is made of.
 //
 // Tiny ops are bound by the host's launch work. The boxed fallback pays for a
-// stack of IValues, a plan key and its lookup, and host views of every tensor.
-// Here, when the call is the plain case, the kernel is unboxed and the task a
-// loop over raw device pointers. The plain case is: two mtia tensors of one
-// device, the same floating dtype, the same sizes, contiguous, at most
-// GRAIN_SIZE elements (CPU runs these on one thread too), and alpha 1.
-// Its results are CPU's bit for bit: one IEEE operation per element, as CPU's
-// kernel computes it (`a + 1 * b` is `a + b` exactly). Every other call,
-// including any call while a graph is being captured (which prebuilds CPU
-// kernels), goes through the boxed fallback unchanged.
+// stack of IValues, a plan key and its lookup, and host views of every tensor
+// on the calling thread. Here, when the call is the plain case, the kernel is
+// unboxed, the result allocated as the CPU kernel would make it, and the task
+// does the rest on the device's worker. The plain case: floating tensors
+// (float32, float64, bfloat16, float16) on one mtia device, contiguous,
+// without conj/neg bits, 1 to GRAIN_SIZE elements (CPU runs these on one
+// thread too), no graph being captured (a capture prebuilds CPU kernels), and
+//  - unary ops (exp, sqrt, abs, neg, relu, ...: kUnaryOps): any such tensor;
+//    the result has its dtype and shape;
+//  - add, sub, mul, div (.Tensor) and their in-place forms: the other operand
+//    is a tensor of the same dtype and sizes, or a Python number (a CPU
+//    wrapped number, not complex: the result keeps the tensor's dtype, as type
+//    promotion gives it); in-place, the operands do not partly overlap.
+// The task runs CPU's own kernel (its out= or in-place overload) over CPU
+// tensors on the operands' memory, so results are CPU's bit for bit; for two float32 or
+// float64 tensors and alpha 1 it runs one IEEE operation per element itself
+// (what CPU's kernel computes: `a + 1 * b` is `a + b` exactly). Every other
+// call goes through the boxed fallback unchanged.
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/EmptyTensor.h>
+#include <ATen/MemoryOverlap.h>
+#include <ATen/ops/from_blob.h>
 #include <ATen/TensorIterator.h>
 #include <torch/library.h>
 
+#include <optional>
+#include <string>
+#include <vector>
 #include <unordered_set>
+#include <utility>
 
 #include "common.h"
 
 namespace openmtia {
 namespace {
+
+const c10::DispatchKeySet kCPUKeys(c10::DispatchKey::CPU);
+
+bool isOne(const c10::Scalar& s) {
+  if (s.isIntegral(false)) return s.toLong() == 1;
+  return s.isFloatingPoint() && s.toDouble() == 1.0;
+}
+
+// A tensor of the plain case (see above).
+bool small(const at::Tensor& t) {
+  if (!t.defined() || t.device().type() != kMTIA) return false;
+  auto dtype = t.scalar_type();
+  if (dtype != at::kFloat && dtype != at::kDouble && dtype != at::kBFloat16 && dtype != at::kHalf) return false;
+  const int64_t n = t.numel();
+  if (n == 0 || n > at::internal::GRAIN_SIZE || !t.is_contiguous() || t.is_neg() || t.is_conj()) return false;
+  return !isCapturing(t.device().index());
+}
+
+// A Python number next to a tensor: the result keeps the tensor's dtype.
+bool number(const at::Tensor& t) {
+  return t.defined() && t.device().is_cpu() && t.unsafeGetTensorImpl()->is_wrapped_number() &&
+         !at::isComplexType(t.scalar_type());
+}
+
+// Two tensors of the plain case, alike: one dtype, device and sizes.
+bool alike(const at::Tensor& a, const at::Tensor& b) {
+  return small(a) && small(b) && a.device() == b.device() && a.scalar_type() == b.scalar_type() &&
+         a.sizes().equals(b.sizes());
+}
+
+at::Tensor emptyLike(const at::Tensor& a) {
+  return at::detail::empty_generic(a.sizes(), deviceAllocator(), c10::DispatchKeySet(c10::DispatchKey::MTIA),
+                                   a.scalar_type(), std::nullopt);
+}
+
+// A contiguous mtia tensor's elements, taken at the call: the task must not
+// read the tensor's metadata, which later host calls may change (t_(),
+// resize_, set_). Its memory stays valid until the task has run: a block
+// freed (or replaced by resize_) is reused only by later work on its stream.
+// A Python number is kept as it is (`number`).
+struct Operand {
+  explicit Operand(const at::Tensor& t)
+      : ptr(t.device().type() == kMTIA ? t.data_ptr() : nullptr), n(t.numel()), dtype(t.scalar_type()),
+        number(ptr ? at::Tensor() : t) {}
+  void* ptr;
+  int64_t n;
+  at::ScalarType dtype;
+  at::Tensor number;
+  // on the worker: a CPU tensor over the elements (1-D: the ops are elementwise)
+  at::Tensor host() const { return ptr ? at::from_blob(ptr, {n}, at::TensorOptions().dtype(dtype)) : number; }
+};
+
+c10::OperatorHandle handle(const char* name, const char* overload) {
+  return c10::Dispatcher::singleton().findSchemaOrThrow(name, overload);
+}
+
+// The boxed fallback, for calls that are not the plain case.
+at::Tensor boxed(const c10::OperatorHandle& op, std::vector<c10::IValue> args) {
+  torch::jit::Stack stack(std::move(args));
+  boxedFallback(op, &stack);
+  return stack.back().toTensor();
+}
+
+// ------------------------------------------------------------- unary ops
+
+// Unary ops whose out= overload is `name.out(Tensor self, *, Tensor(a!) out)`
+// and whose result, for a floating tensor, has its dtype and shape. relu has
+// no out= overload: CPU's relu is clamp_min(self, 0), whose out= overload the
+// task runs.
+constexpr const char* kUnaryOps[] = {
+    "abs",   "neg",   "exp",   "exp2",   "expm1", "log",   "log2",  "log10",      "log1p",   "sqrt",  "rsqrt",
+    "sin",   "cos",   "tan",   "asin",   "acos",  "atan",  "sinh",  "cosh",       "tanh",    "asinh", "acosh",
+    "atanh", "sigmoid", "erf", "erfc",   "erfinv", "reciprocal", "floor", "ceil", "round",   "trunc", "frac",
+    "sign",  "silu",  "lgamma", "digamma", "i0",   "sinc",  "relu"};
+constexpr size_t kNumUnary = sizeof(kUnaryOps) / sizeof(kUnaryOps[0]);
+
+struct Unary {
+  std::string name;  // "aten::exp": the task's name
+  c10::OperatorHandle functional;
+  std::optional<c10::TypedOperatorHandle<at::Tensor&(const at::Tensor&, at::Tensor&)>> out;  // not relu's
+};
+
+const Unary& unaryOp(size_t i) {
+  static const std::vector<Unary> table = [] {
+    std::vector<Unary> t;
+    for (const char* n : kUnaryOps) {
+      std::string name = std::string("aten::") + n;
+      Unary u{name, handle(name.c_str(), ""), std::nullopt};
+      if (name != "aten::relu") u.out = handle(name.c_str(), "out").typed<at::Tensor&(const at::Tensor&, at::Tensor&)>();
+      t.push_back(std::move(u));
+    }
+    return t;
+  }();
+  return table[i];
+}
+
+const c10::TypedOperatorHandle<at::Tensor&(const at::Tensor&, const c10::Scalar&, at::Tensor&)>& clampMinOut() {
+  static const auto h =
+      handle("aten::clamp_min", "out").typed<at::Tensor&(const at::Tensor&, const c10::Scalar&, at::Tensor&)>();
+  return h;
+}
+
+template <size_t I>
+at::Tensor unary(const at::Tensor& x) {
+  const Unary& op = unaryOp(I);
+  if (!small(x)) return boxed(op.functional, {x});
+  c10::DeviceGuard guard(x.device());
+  at::Tensor out = emptyLike(x);
+  constexpr bool relu = I == kNumUnary - 1;
+  launchOnCurrentStream(x.device().index(), op.name.c_str(), [&op, in = Operand(x), res = Operand(out)] {
+    at::Tensor hx = in.host(), ho = res.host();
+    if constexpr (relu) clampMinOut().redispatch(kCPUKeys, hx, 0, ho);
+    else op.out->redispatch(kCPUKeys, hx, ho);
+  });
+  return out;
+}
+
+template <size_t... I>
+void registerUnary(torch::Library& m, std::index_sequence<I...>) {
+  (m.impl(kUnaryOps[I], &unary<I>), ...);
+}
+
+// ------------------------------------------------------------ binary ops
 
 enum class Op { kAdd, kSub, kMul, kDiv };
 
@@ -38,78 +175,129 @@ void loop(const T* __restrict a, const T* __restrict b, T* __restrict out, int64
   for (int64_t i = 0; i < n; ++i) out[i] = apply<op>(a[i], b[i]);
 }
 
-bool isOne(const c10::Scalar& s) {
-  if (s.isIntegral(false)) return s.toLong() == 1;
-  return s.isFloatingPoint() && s.toDouble() == 1.0;
-}
-
-bool plain(const at::Tensor& a, const at::Tensor& b) {
-  if (!a.defined() || !b.defined() || a.device().type() != kMTIA || a.device() != b.device()) return false;
-  auto dtype = a.scalar_type();
-  if ((dtype != at::kFloat && dtype != at::kDouble) || b.scalar_type() != dtype) return false;
-  const int64_t n = a.numel();
-  if (n == 0 || n > at::internal::GRAIN_SIZE || !a.sizes().equals(b.sizes())) return false;
-  if (!a.is_contiguous() || !b.is_contiguous() || a.is_neg() || b.is_neg())
-    return false;
-  return !isCapturing(a.device().index());
-}
-
+// Two float32 or float64 tensors, alpha 1: the task's own loop.
 template <Op op>
-at::Tensor launch(const at::Tensor& a, const at::Tensor& b, const char* name) {
-  c10::DeviceIndex dev = a.device().index();
-  c10::DeviceGuard guard(a.device());
-  at::Tensor out = at::detail::empty_generic(a.sizes(), deviceAllocator(), c10::DispatchKeySet(c10::DispatchKey::MTIA),
-                                             a.scalar_type(), std::nullopt);
+void launchLoop(const at::Tensor& a, const at::Tensor& b, const at::Tensor& out, const char* name) {
   const int64_t n = a.numel();
   if (a.scalar_type() == at::kFloat) {
-    launchOnCurrentStream(dev, name, [pa = a.const_data_ptr<float>(), pb = b.const_data_ptr<float>(),
-                                      po = out.mutable_data_ptr<float>(), n] { loop<op>(pa, pb, po, n); });
+    launchOnCurrentStream(a.device().index(), name, [pa = a.const_data_ptr<float>(), pb = b.const_data_ptr<float>(),
+                                                     po = out.mutable_data_ptr<float>(), n] { loop<op>(pa, pb, po, n); });
   } else {
-    launchOnCurrentStream(dev, name, [pa = a.const_data_ptr<double>(), pb = b.const_data_ptr<double>(),
-                                      po = out.mutable_data_ptr<double>(), n] { loop<op>(pa, pb, po, n); });
+    launchOnCurrentStream(a.device().index(), name, [pa = a.const_data_ptr<double>(), pb = b.const_data_ptr<double>(),
+                                                     po = out.mutable_data_ptr<double>(), n] { loop<op>(pa, pb, po, n); });
   }
-  return out;
 }
 
-c10::OperatorHandle tensorOverload(const char* name) {
-  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "Tensor");
+bool ownLoop(const at::Tensor& a, const at::Tensor& b) {
+  return b.device().type() == kMTIA && (a.scalar_type() == at::kFloat || a.scalar_type() == at::kDouble);
 }
 
-// The boxed fallback, for calls that are not the plain case.
-at::Tensor boxed(const c10::OperatorHandle& op, std::vector<c10::IValue> args) {
-  torch::jit::Stack stack(std::move(args));
-  boxedFallback(op, &stack);
-  return stack.back().toTensor();
-}
+// The overloads of one binary op: functional, out= and in-place (.Tensor).
+template <Op op>
+struct Binary {
+  static constexpr bool kAlpha = op == Op::kAdd || op == Op::kSub;
+  static const char* name() {
+    return op == Op::kAdd ? "aten::add" : op == Op::kSub ? "aten::sub" : op == Op::kMul ? "aten::mul" : "aten::div";
+  }
+  static const char* inplaceName() {
+    return op == Op::kAdd ? "aten::add_" : op == Op::kSub ? "aten::sub_" : op == Op::kMul ? "aten::mul_" : "aten::div_";
+  }
+  static const c10::OperatorHandle& functional() {
+    static const c10::OperatorHandle h = handle(name(), "Tensor");
+    return h;
+  }
+  static const c10::OperatorHandle& inplace() {
+    static const c10::OperatorHandle h = handle(inplaceName(), "Tensor");
+    return h;
+  }
+  // the CPU kernel into `out` (out=) or into `self` (out undefined: in place)
+  static void cpu(const at::Tensor& self, const at::Tensor& other, const c10::Scalar& alpha, const at::Tensor& out) {
+    if constexpr (kAlpha) {
+      if (out.defined()) {
+        static const auto h = handle(name(), "out").typed<at::Tensor&(const at::Tensor&, const at::Tensor&,
+                                                                         const c10::Scalar&, at::Tensor&)>();
+        h.redispatch(kCPUKeys, self, other, alpha, const_cast<at::Tensor&>(out));
+      } else {
+        static const auto h = inplace().typed<at::Tensor&(at::Tensor&, const at::Tensor&, const c10::Scalar&)>();
+        h.redispatch(kCPUKeys, const_cast<at::Tensor&>(self), other, alpha);
+      }
+    } else {
+      if (out.defined()) {
+        static const auto h =
+            handle(name(), "out").typed<at::Tensor&(const at::Tensor&, const at::Tensor&, at::Tensor&)>();
+        h.redispatch(kCPUKeys, self, other, const_cast<at::Tensor&>(out));
+      } else {
+        static const auto h = inplace().typed<at::Tensor&(at::Tensor&, const at::Tensor&)>();
+        h.redispatch(kCPUKeys, const_cast<at::Tensor&>(self), other);
+      }
+    }
+  }
+
+  static bool plain(const at::Tensor& a, const at::Tensor& b) { return number(b) ? small(a) : alike(a, b); }
+
+  static at::Tensor call(const at::Tensor& a, const at::Tensor& b, const c10::Scalar& alpha) {
+    if (!plain(a, b)) {
+      if constexpr (kAlpha) return boxed(functional(), {a, b, alpha});
+      else return boxed(functional(), {a, b});
+    }
+    c10::DeviceGuard guard(a.device());
+    at::Tensor out = emptyLike(a);
+    if (isOne(alpha) && ownLoop(a, b)) {
+      launchLoop<op>(a, b, out, name());
+    } else {
+      launchOnCurrentStream(a.device().index(), name(), [x = Operand(a), y = Operand(b), alpha, res = Operand(out)] {
+        cpu(x.host(), y.host(), alpha, res.host());
+      });
+    }
+    return out;
+  }
+
+  static at::Tensor& callInplace(at::Tensor& self, const at::Tensor& other, const c10::Scalar& alpha) {
+    // operands that partly overlap raise (CPU's check, at the call): boxed
+    if (!plain(self, other) ||
+        (!number(other) && at::get_overlap_status(self, other) == at::MemOverlapStatus::Partial)) {
+      if constexpr (kAlpha) boxed(inplace(), {self, other, alpha});
+      else boxed(inplace(), {self, other});
+      return self;
+    }
+    c10::DeviceGuard guard(self.device());
+    if (isOne(alpha) && ownLoop(self, other)) {
+      launchLoop<op>(self, other, self, inplaceName());
+    } else {
+      launchOnCurrentStream(self.device().index(), inplaceName(), [x = Operand(self), y = Operand(other), alpha] {
+        cpu(x.host(), y.host(), alpha, at::Tensor());
+      });
+    }
+    return self;
+  }
+};
 
 at::Tensor add(const at::Tensor& a, const at::Tensor& b, const c10::Scalar& alpha) {
-  if (isOne(alpha) && plain(a, b)) return launch<Op::kAdd>(a, b, "aten::add");
-  static const c10::OperatorHandle op = tensorOverload("aten::add");
-  return boxed(op, {a, b, alpha});
+  return Binary<Op::kAdd>::call(a, b, alpha);
 }
-
 at::Tensor sub(const at::Tensor& a, const at::Tensor& b, const c10::Scalar& alpha) {
-  if (isOne(alpha) && plain(a, b)) return launch<Op::kSub>(a, b, "aten::sub");
-  static const c10::OperatorHandle op = tensorOverload("aten::sub");
-  return boxed(op, {a, b, alpha});
+  return Binary<Op::kSub>::call(a, b, alpha);
 }
-
-at::Tensor mul(const at::Tensor& a, const at::Tensor& b) {
-  if (plain(a, b)) return launch<Op::kMul>(a, b, "aten::mul");
-  static const c10::OperatorHandle op = tensorOverload("aten::mul");
-  return boxed(op, {a, b});
+at::Tensor mul(const at::Tensor& a, const at::Tensor& b) { return Binary<Op::kMul>::call(a, b, 1); }
+at::Tensor div(const at::Tensor& a, const at::Tensor& b) { return Binary<Op::kDiv>::call(a, b, 1); }
+at::Tensor& add_(at::Tensor& a, const at::Tensor& b, const c10::Scalar& alpha) {
+  return Binary<Op::kAdd>::callInplace(a, b, alpha);
 }
-
-at::Tensor div(const at::Tensor& a, const at::Tensor& b) {
-  if (plain(a, b)) return launch<Op::kDiv>(a, b, "aten::div");
-  static const c10::OperatorHandle op = tensorOverload("aten::div");
-  return boxed(op, {a, b});
+at::Tensor& sub_(at::Tensor& a, const at::Tensor& b, const c10::Scalar& alpha) {
+  return Binary<Op::kSub>::callInplace(a, b, alpha);
 }
+at::Tensor& mul_(at::Tensor& a, const at::Tensor& b) { return Binary<Op::kMul>::callInplace(a, b, 1); }
+at::Tensor& div_(at::Tensor& a, const at::Tensor& b) { return Binary<Op::kDiv>::callInplace(a, b, 1); }
 
 }  // namespace
 
 const std::unordered_set<std::string>& unboxedOps() {
-  static const std::unordered_set<std::string> ops = {"add.Tensor", "sub.Tensor", "mul.Tensor", "div.Tensor"};
+  static const std::unordered_set<std::string> ops = [] {
+    std::unordered_set<std::string> s = {"add.Tensor", "sub.Tensor", "mul.Tensor", "div.Tensor",
+                                         "add_.Tensor", "sub_.Tensor", "mul_.Tensor", "div_.Tensor"};
+    for (const char* n : kUnaryOps) s.insert(n);
+    return s;
+  }();
   return ops;
 }
 
@@ -118,6 +306,11 @@ TORCH_LIBRARY_IMPL(aten, MTIA, m) {
   m.impl("sub.Tensor", &sub);
   m.impl("mul.Tensor", &mul);
   m.impl("div.Tensor", &div);
+  m.impl("add_.Tensor", &add_);
+  m.impl("sub_.Tensor", &sub_);
+  m.impl("mul_.Tensor", &mul_);
+  m.impl("div_.Tensor", &div_);
+  registerUnary(m, std::make_index_sequence<kNumUnary>());
 }
 
 }  // namespace openmtia

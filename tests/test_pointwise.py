@@ -1,5 +1,7 @@
-"""The unboxed launch path of add/sub/mul/div (csrc/pointwise.cpp): CPU's
-results bit for bit, asynchronous, and the boxed fallback for every other call."""
+"""The unboxed launch path of small pointwise ops (csrc/pointwise.cpp): unary
+ops, add/sub/mul/div with a tensor or a Python number and their in-place forms:
+CPU's results bit for bit in every floating dtype, asynchronous, the operands
+taken at the call, and the boxed fallback for every other call."""
 import pytest
 import torch
 
@@ -106,3 +108,119 @@ def test_while_capturing_the_boxed_path_prebuilds_the_kernel():
     x.fill_(3)
     g.replay()
     assert torch.equal(y.cpu(), torch.full((64,), 6.0))
+
+
+UNARY = ["abs", "neg", "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "sin", "cos", "tan",
+         "asin", "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "sigmoid", "erf", "erfc", "erfinv",
+         "reciprocal", "floor", "ceil", "round", "trunc", "frac", "sign", "silu", "lgamma", "digamma", "i0", "sinc",
+         "relu"]
+FLOATING = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
+BITS = {torch.float32: torch.int32, torch.float64: torch.int64, torch.bfloat16: torch.int16, torch.float16: torch.int16}
+
+
+def lookups():
+    """Plan-cache lookups so far: the boxed fallback makes one per call, the unboxed path none."""
+    s = openmtia._C._plan_cache_stats()
+    return s["hits"] + s["misses"]
+
+
+def fn_of(name):
+    return getattr(torch.special, name) if name in ("i0",) else getattr(torch, name) if hasattr(torch, name) \
+        else getattr(torch.nn.functional, name)
+
+
+def assert_bitwise(got, expected):
+    assert got.dtype == expected.dtype and got.shape == expected.shape and got.device.type == "cpu"
+    assert torch.equal(got.view(BITS[got.dtype]), expected.view(BITS[expected.dtype])), (got, expected)
+
+
+@pytest.mark.parametrize("name", UNARY)
+@pytest.mark.parametrize("dtype", FLOATING)
+def test_unary_ops_take_the_unboxed_path_with_cpus_bits(name, dtype):
+    fn = fn_of(name)
+    for n in (1, 37, 32768):  # 32768: GRAIN_SIZE, the last size CPU runs on one thread
+        x = special_values(n, torch.float32).to(dtype)
+        if name in ("acosh",):
+            x = x.abs() + 1
+        expected = fn(x)
+        mx = x.to("mtia")
+        torch.mtia.synchronize()
+        before = lookups()
+        got = fn(mx)
+        assert lookups() == before, "took the boxed fallback"
+        assert_bitwise(got.cpu(), expected)
+
+
+@pytest.mark.parametrize("dtype", FLOATING)
+def test_python_numbers_and_in_place_forms_take_the_unboxed_path_with_cpus_bits(dtype):
+    x, y = special_values(50, torch.float32).to(dtype), special_values(50, torch.float32).flip(0).to(dtype)
+    cases = [
+        lambda a, b: a * 2, lambda a, b: a + 1.5, lambda a, b: a - 3, lambda a, b: a / 7.0, lambda a, b: a * True,
+        lambda a, b: torch.add(a, 2.5, alpha=3), lambda a, b: torch.sub(a, b, alpha=0.5),
+        lambda a, b: a.clone().add_(1.25), lambda a, b: a.clone().mul_(b), lambda a, b: a.clone().sub_(b, alpha=2),
+        lambda a, b: a.clone().div_(0.0), lambda a, b: a.clone().div_(b), lambda a, b: a.clone().add_(a[:]),
+    ]
+    for i, case in enumerate(cases):
+        expected = case(x, y)
+        mx, my = x.to("mtia"), y.to("mtia")
+        torch.mtia.synchronize()
+        got = case(mx, my)
+        assert_bitwise(got.cpu(), expected)
+    mx, my = x.to("mtia"), y.to("mtia")
+    torch.mtia.synchronize()
+    before = lookups()
+    z = mx * 2
+    mx.add_(my)
+    mx.mul_(0.5)
+    w = torch.exp(z) - 1
+    assert lookups() == before, "took the boxed fallback"
+    assert_bitwise(mx.cpu(), (x + y) * 0.5)
+    assert_bitwise(w.cpu(), torch.exp(x * 2) - 1)
+
+
+def test_in_place_operands_that_partly_overlap_raise_at_the_call():
+    x = torch.randn(64, device="mtia")
+    with pytest.raises(RuntimeError, match="unsupported operation: some elements of the input tensor and the "
+                                           "written-to tensor refer to a single memory location"):
+        x[1:].add_(x[:-1])
+    xc = x.cpu()
+    x.add_(x)  # the same elements: fine, as on CPU
+    assert torch.equal(x.cpu(), xc + xc)
+
+
+def test_the_operands_are_taken_at_the_call():
+    # the task runs later: metadata the host changes after the call (t_(),
+    # resize_, set_) must not change what it computes
+    a = torch.randn(6, 5)
+    b = torch.randn(6, 5)
+    x, y = a.to("mtia"), b.to("mtia")
+    torch.mtia.synchronize()
+    gate = openmtia._C._launch_blocking_task(0)
+    try:
+        e = torch.exp(x)
+        s = x * y
+        x.add_(1.0)
+        assert not torch.mtia.current_stream().query()
+        x.t_()
+        y.resize_(2)
+        y.set_(torch.zeros(3, device="mtia"))
+    finally:
+        gate.release()
+    assert_bitwise(e.cpu(), torch.exp(a))
+    assert_bitwise(s.cpu(), a * b)
+    assert_bitwise(x.cpu(), (a + 1.0).t())
+
+
+def test_fill_raises_a_bad_value_at_the_call_and_zero_fills_any_layout():
+    x = torch.zeros(4, dtype=torch.int8, device="mtia")
+    with pytest.raises(RuntimeError, match="value cannot be converted to type int8_t without overflow"):
+        x.fill_(1000)
+    # what CPU converts, mtia converts alike (uint8 wraps -1)
+    assert torch.equal(torch.zeros(3, dtype=torch.uint8, device="mtia").fill_(-1).cpu(),
+                       torch.zeros(3, dtype=torch.uint8).fill_(-1))
+    y = torch.randn(5, 6, device="mtia")
+    y[:, 1].zero_()
+    y.t()[2].fill_(-0.0)
+    yc = y.cpu()
+    assert torch.equal(yc[:, 1], torch.zeros(5)) and torch.equal(yc[:, 2], torch.zeros(5))
+    assert torch.equal(x.cpu(), torch.zeros(4, dtype=torch.int8))

@@ -26,7 +26,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr size_t kAlignment = 256;
 constexpr int kStreamsPerDevice = 1 + 2 * kPoolSize;
-constexpr int kSpinMicros = 50;  // how long an idle worker polls before sleeping
+constexpr int kSpinMicros = 50;      // how long an idle worker polls before sleeping
+constexpr int kSyncSpinMicros = 20;  // how long a synchronizing host thread polls before sleeping
 constexpr int kTrimAfterMillis = 5;  // how long a worker idles before it returns free heap memory
 constexpr size_t kDefaultQueueDepth = 1024;
 
@@ -332,6 +333,11 @@ struct Stream {
   }
   // Waits for task `seq` without destroying finished tasks.
   void waitIdle(uint64_t seq) {
+    // A short task is done within microseconds: poll briefly before sleeping,
+    // so a launch-then-synchronize does not pay for waking this thread.
+    auto until = Clock::now() + std::chrono::microseconds(kSyncSpinMicros);
+    while (completed.load() < seq && Clock::now() < until) std::this_thread::yield();
+    if (completed.load() >= seq) return;
     std::unique_lock<std::mutex> lk(mu);
     ++waiters;
     cv_done.wait(lk, [&] { return completed.load() >= seq; });

@@ -729,7 +729,7 @@ class AsyncCall {
         for (const auto& t : flat_args_) before_.push_back(t.defined() ? metaOf(t) : Plan::Meta{});
         // (a structured op: what its meta function plans, to see in learn()
         // whether it is what the CPU kernel does)
-        if (!family_key_.empty()) meta_plan_ = Planner(op_).plan(args);
+        if (!family_key_.empty() && !meta_plan_) meta_plan_ = Planner(op_).plan(args);
         return Result::kLearn;
       }
       // Nothing waits during a capture: this call takes the Meta kernel's
@@ -951,7 +951,10 @@ class AsyncCall {
     family_key_ = kb.key();
     if (!planCache().get(family_key_)) return nullptr;
     std::shared_ptr<const Plan> plan = Planner(op_).plan(args);
-    if (!plan->async) return nullptr;
+    if (!plan->async) {
+      meta_plan_ = plan;  // (the first call's: no second meta run)
+      return nullptr;
+    }
     planCache().countShapeCall();
     if (debugFallback()) std::fprintf(stderr, "openmtia: %s: a new shape of a known family\n", schema.name().c_str());
     planCache().put(key_, plan);

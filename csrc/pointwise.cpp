@@ -153,9 +153,200 @@ at::Tensor unary(const at::Tensor& x) {
   return out;
 }
 
+// The in-place form (exp_, ...): CPU's in-place kernel over self's elements
+// (relu_: clamp_min_(self, 0), as CPU's).
+template <size_t I>
+at::Tensor& unaryInplace(at::Tensor& x) {
+  static const std::string name = std::string("aten::") + kUnaryOps[I] + "_";
+  static const c10::OperatorHandle h = handle(name.c_str(), "");
+  if (!small(x)) {
+    boxed(h, {x});
+    return x;
+  }
+  constexpr bool relu = I == kNumUnary - 1;
+  launchOnCurrentStream(x.device().index(), name.c_str(), [self = Operand(x)] {
+    at::Tensor hx = self.host();
+    if constexpr (relu) {
+      static const auto clamp = handle("aten::clamp_min_", "").typed<at::Tensor&(at::Tensor&, const c10::Scalar&)>();
+      clamp.redispatch(kCPUKeys, hx, 0);
+    } else {
+      static const auto op = h.typed<at::Tensor&(at::Tensor&)>();
+      op.redispatch(kCPUKeys, hx);
+    }
+  });
+  return x;
+}
+
 template <size_t... I>
 void registerUnary(torch::Library& m, std::index_sequence<I...>) {
   (m.impl(kUnaryOps[I], &unary<I>), ...);
+  (m.impl((std::string(kUnaryOps[I]) + "_").c_str(), &unaryInplace<I>), ...);
+}
+
+// ------------------------------------- other binary ops and comparisons
+
+// Binary ops of two alike tensors whose result has their dtype and sizes:
+// `name.overload(Tensor self, Tensor other)` with out= overload `out_overload`.
+struct BinarySpec {
+  const char* name;
+  const char* overload;
+  const char* out_overload;
+};
+constexpr BinarySpec kBinaryOps[] = {
+    {"maximum", "", "out"},          {"minimum", "", "out"},        {"fmax", "", "out"},
+    {"fmin", "", "out"},             {"atan2", "", "out"},          {"hypot", "", "out"},
+    {"copysign", "Tensor", "out"},   {"fmod", "Tensor", "Tensor_out"}, {"remainder", "Tensor", "Tensor_out"},
+    {"pow", "Tensor_Tensor", "Tensor_Tensor_out"}, {"nextafter", "", "out"}, {"xlogy", "Tensor", "OutTensor"},
+};
+constexpr size_t kNumBinary = sizeof(kBinaryOps) / sizeof(kBinaryOps[0]);
+
+// Comparisons: a bool result of the operands' sizes, for two alike tensors
+// (.Tensor) or a tensor and a number (.Scalar).
+constexpr const char* kCompareOps[] = {"lt", "le", "gt", "ge", "eq", "ne"};
+constexpr size_t kNumCompare = sizeof(kCompareOps) / sizeof(kCompareOps[0]);
+
+std::string qualified(const char* name, const char* overload) {
+  return std::string(name) + (*overload ? std::string(".") + overload : std::string());
+}
+
+template <size_t I>
+at::Tensor binary(const at::Tensor& a, const at::Tensor& b) {
+  constexpr const BinarySpec& spec = kBinaryOps[I];
+  static const std::string name = std::string("aten::") + spec.name;
+  static const c10::OperatorHandle h = handle(name.c_str(), spec.overload);
+  if (!alike(a, b)) return boxed(h, {a, b});
+  c10::DeviceGuard guard(a.device());
+  at::Tensor out = emptyLike(a);
+  launchOnCurrentStream(a.device().index(), name.c_str(), [x = Operand(a), y = Operand(b), res = Operand(out)] {
+    static const auto op = handle(name.c_str(), spec.out_overload)
+                               .typed<at::Tensor&(const at::Tensor&, const at::Tensor&, at::Tensor&)>();
+    at::Tensor o = res.host();
+    op.redispatch(kCPUKeys, x.host(), y.host(), o);
+  });
+  return out;
+}
+
+at::Tensor emptyBool(const at::Tensor& a) {
+  return at::detail::empty_generic(a.sizes(), deviceAllocator(), c10::DispatchKeySet(c10::DispatchKey::MTIA),
+                                   at::kBool, std::nullopt);
+}
+
+template <size_t I>
+at::Tensor compareTensor(const at::Tensor& a, const at::Tensor& b) {
+  static const std::string name = std::string("aten::") + kCompareOps[I];
+  static const c10::OperatorHandle h = handle(name.c_str(), "Tensor");
+  if (!alike(a, b)) return boxed(h, {a, b});
+  c10::DeviceGuard guard(a.device());
+  at::Tensor out = emptyBool(a);
+  launchOnCurrentStream(a.device().index(), name.c_str(), [x = Operand(a), y = Operand(b), res = Operand(out)] {
+    static const auto op =
+        handle(name.c_str(), "Tensor_out").typed<at::Tensor&(const at::Tensor&, const at::Tensor&, at::Tensor&)>();
+    at::Tensor o = res.host();
+    op.redispatch(kCPUKeys, x.host(), y.host(), o);
+  });
+  return out;
+}
+
+template <size_t I>
+at::Tensor compareScalar(const at::Tensor& a, const c10::Scalar& b) {
+  static const std::string name = std::string("aten::") + kCompareOps[I];
+  static const c10::OperatorHandle h = handle(name.c_str(), "Scalar");
+  if (!small(a) || b.isComplex()) return boxed(h, {a, b});
+  c10::DeviceGuard guard(a.device());
+  at::Tensor out = emptyBool(a);
+  launchOnCurrentStream(a.device().index(), name.c_str(), [x = Operand(a), b, res = Operand(out)] {
+    static const auto op =
+        handle(name.c_str(), "Scalar_out").typed<at::Tensor&(const at::Tensor&, const c10::Scalar&, at::Tensor&)>();
+    at::Tensor o = res.host();
+    op.redispatch(kCPUKeys, x.host(), b, o);
+  });
+  return out;
+}
+
+// A tensor and a number, the result of the tensor's dtype and sizes (a
+// floating tensor and a real number): `name.overload(Tensor self, Scalar)`.
+constexpr BinarySpec kScalarOps[] = {
+    {"pow", "Tensor_Scalar", "Tensor_Scalar_out"}, {"clamp_min", "", "out"},           {"clamp_max", "", "out"},
+    {"fmod", "Scalar", "Scalar_out"},              {"remainder", "Scalar", "Scalar_out"},
+};
+constexpr size_t kNumScalar = sizeof(kScalarOps) / sizeof(kScalarOps[0]);
+
+template <size_t I>
+at::Tensor withScalar(const at::Tensor& a, const c10::Scalar& b) {
+  constexpr const BinarySpec& spec = kScalarOps[I];
+  static const std::string name = std::string("aten::") + spec.name;
+  static const c10::OperatorHandle h = handle(name.c_str(), spec.overload);
+  if (!small(a) || b.isComplex()) return boxed(h, {a, b});
+  c10::DeviceGuard guard(a.device());
+  at::Tensor out = emptyLike(a);
+  launchOnCurrentStream(a.device().index(), name.c_str(), [x = Operand(a), b, res = Operand(out)] {
+    static const auto op = handle(name.c_str(), spec.out_overload)
+                               .typed<at::Tensor&(const at::Tensor&, const c10::Scalar&, at::Tensor&)>();
+    at::Tensor o = res.host();
+    op.redispatch(kCPUKeys, x.host(), b, o);
+  });
+  return out;
+}
+
+// ------------------------------------------------------- small reductions
+
+// A reduction of every element to a 0-dim result of the tensor's dtype: sum
+// (no dtype, or the tensor's), amax and amin (dim=[], keepdim=False). CPU's
+// out= kernel over the elements (a contiguous reduction of all dimensions is
+// one of all elements: TensorIterator coalesces them).
+template <bool kSum, bool kMax>
+at::Tensor reduceAll(const c10::OperatorHandle& h, const char* name, const at::Tensor& x,
+                     std::vector<c10::IValue> boxed_args, bool plain) {
+  if (!plain || !small(x)) return boxed(h, std::move(boxed_args));
+  c10::DeviceGuard guard(x.device());
+  at::Tensor out = at::detail::empty_generic({}, deviceAllocator(), c10::DispatchKeySet(c10::DispatchKey::MTIA),
+                                             x.scalar_type(), std::nullopt);
+  launchOnCurrentStream(x.device().index(), name, [in = Operand(x), res = Operand(out)] {
+    at::Tensor hx = in.host();
+    at::Tensor o = at::from_blob(res.ptr, {}, at::TensorOptions().dtype(res.dtype));
+    if constexpr (kSum) {
+      static const auto op = handle("aten::sum", "IntList_out")
+                                 .typed<at::Tensor&(const at::Tensor&, at::OptionalIntArrayRef, bool,
+                                                    std::optional<at::ScalarType>, at::Tensor&)>();
+      op.redispatch(kCPUKeys, hx, std::nullopt, false, std::nullopt, o);
+    } else {
+      static const auto op = handle(kMax ? "aten::amax" : "aten::amin", "out")
+                                 .typed<at::Tensor&(const at::Tensor&, at::IntArrayRef, bool, at::Tensor&)>();
+      op.redispatch(kCPUKeys, hx, {}, false, o);
+    }
+  });
+  return out;
+}
+
+at::Tensor sum(const at::Tensor& x, std::optional<at::ScalarType> dtype) {
+  static const c10::OperatorHandle h = handle("aten::sum", "");
+  return reduceAll<true, false>(h, "aten::sum", x, {x, dtype}, !dtype || *dtype == x.scalar_type());
+}
+
+at::Tensor amax(const at::Tensor& x, at::IntArrayRef dim, bool keepdim) {
+  static const c10::OperatorHandle h = handle("aten::amax", "");
+  return reduceAll<false, true>(h, "aten::amax", x, {x, dim, keepdim}, dim.empty() && !keepdim);
+}
+
+at::Tensor amin(const at::Tensor& x, at::IntArrayRef dim, bool keepdim) {
+  static const c10::OperatorHandle h = handle("aten::amin", "");
+  return reduceAll<false, false>(h, "aten::amin", x, {x, dim, keepdim}, dim.empty() && !keepdim);
+}
+
+template <size_t... I>
+void registerScalar(torch::Library& m, std::index_sequence<I...>) {
+  (m.impl(qualified(kScalarOps[I].name, kScalarOps[I].overload).c_str(), &withScalar<I>), ...);
+}
+
+template <size_t... I>
+void registerBinary(torch::Library& m, std::index_sequence<I...>) {
+  (m.impl(qualified(kBinaryOps[I].name, kBinaryOps[I].overload).c_str(), &binary<I>), ...);
+}
+
+template <size_t... I>
+void registerCompare(torch::Library& m, std::index_sequence<I...>) {
+  (m.impl((std::string(kCompareOps[I]) + ".Tensor").c_str(), &compareTensor<I>), ...);
+  (m.impl((std::string(kCompareOps[I]) + ".Scalar").c_str(), &compareScalar<I>), ...);
 }
 
 // ------------------------------------------------------------ binary ops
@@ -295,7 +486,17 @@ const std::unordered_set<std::string>& unboxedOps() {
   static const std::unordered_set<std::string> ops = [] {
     std::unordered_set<std::string> s = {"add.Tensor", "sub.Tensor", "mul.Tensor", "div.Tensor",
                                          "add_.Tensor", "sub_.Tensor", "mul_.Tensor", "div_.Tensor"};
-    for (const char* n : kUnaryOps) s.insert(n);
+    for (const char* n : kUnaryOps) {
+      s.insert(n);
+      s.insert(std::string(n) + "_");
+    }
+    for (const auto& b : kBinaryOps) s.insert(qualified(b.name, b.overload));
+    for (const auto& b : kScalarOps) s.insert(qualified(b.name, b.overload));
+    for (const char* n : {"sum", "amax", "amin"}) s.insert(n);
+    for (const char* n : kCompareOps) {
+      s.insert(std::string(n) + ".Tensor");
+      s.insert(std::string(n) + ".Scalar");
+    }
     return s;
   }();
   return ops;
@@ -311,6 +512,12 @@ TORCH_LIBRARY_IMPL(aten, MTIA, m) {
   m.impl("mul_.Tensor", &mul_);
   m.impl("div_.Tensor", &div_);
   registerUnary(m, std::make_index_sequence<kNumUnary>());
+  registerBinary(m, std::make_index_sequence<kNumBinary>());
+  registerCompare(m, std::make_index_sequence<kNumCompare>());
+  registerScalar(m, std::make_index_sequence<kNumScalar>());
+  m.impl("sum", &sum);
+  m.impl("amax", &amax);
+  m.impl("amin", &amin);
 }
 
 }  // namespace openmtia

@@ -224,3 +224,70 @@ def test_fill_raises_a_bad_value_at_the_call_and_zero_fills_any_layout():
     yc = y.cpu()
     assert torch.equal(yc[:, 1], torch.zeros(5)) and torch.equal(yc[:, 2], torch.zeros(5))
     assert torch.equal(x.cpu(), torch.zeros(4, dtype=torch.int8))
+
+
+BINARY = ["maximum", "minimum", "fmax", "fmin", "atan2", "hypot", "copysign", "fmod", "remainder", "pow", "nextafter",
+          "xlogy"]
+COMPARE = ["lt", "le", "gt", "ge", "eq", "ne"]
+
+
+def unboxed_equals_cpu(fn, *cpu_args):
+    """fn over mtia copies of cpu_args takes the unboxed path and gives CPU's bits."""
+    expected = fn(*cpu_args)
+    args = [a.to("mtia") if isinstance(a, torch.Tensor) else a for a in cpu_args]
+    torch.mtia.synchronize()
+    before = lookups()
+    got = fn(*args)
+    assert lookups() == before, "took the boxed fallback"
+    got = got.cpu()
+    if expected.dtype == torch.bool:
+        assert got.dtype == torch.bool and torch.equal(got, expected)
+    else:
+        assert_bitwise(got, expected)
+    return args
+
+
+@pytest.mark.parametrize("dtype", FLOATING)
+def test_in_place_unary_ops_take_the_unboxed_path_with_cpus_bits(dtype):
+    for name in UNARY:
+        x = special_values(45, torch.float32).to(dtype)
+        if name == "acosh":
+            x = x.abs() + 1
+        op = getattr(torch.ops.aten, name + "_")
+        args = unboxed_equals_cpu(lambda t: op(t.clone()) if t.device.type == "cpu" else op(t), x)
+        assert args[0].cpu().dtype == dtype  # in place: the argument holds the result
+
+
+@pytest.mark.parametrize("dtype", FLOATING)
+def test_binary_ops_comparisons_numbers_and_reductions_take_the_unboxed_path_with_cpus_bits(dtype):
+    x = special_values(77, torch.float32).to(dtype)
+    y = special_values(77, torch.float32).flip(0).to(dtype)
+    y[::5] = x[::5]  # equal elements for the comparisons
+    for name in BINARY:
+        unboxed_equals_cpu(getattr(torch, name), x, y)
+    for name in COMPARE:
+        unboxed_equals_cpu(getattr(torch, name), x, y)
+        for number in (0, 0.5, -1, float("nan"), True):
+            unboxed_equals_cpu(lambda t: getattr(torch, name)(t, number), x)
+    for fn in (lambda t: t ** 2, lambda t: t ** 0.5, lambda t: torch.pow(t, -3), lambda t: torch.clamp_min(t, 0.1),
+               lambda t: torch.clamp_max(t, -0.25), lambda t: torch.fmod(t, 1.5), lambda t: torch.remainder(t, -2)):
+        unboxed_equals_cpu(fn, x)
+    for shape in [(1,), (7, 9), (4, 8, 16)]:
+        z = special_values(shape[0] * (shape[1] if len(shape) > 1 else 1) * (shape[2] if len(shape) > 2 else 1),
+                           torch.float32).to(dtype).view(shape)
+        finite = torch.where(z.isfinite(), z, torch.zeros((), dtype=dtype)).clamp(-1000, 1000)
+        for t in (z, finite):
+            unboxed_equals_cpu(torch.sum, t)
+            unboxed_equals_cpu(torch.amax, t)
+            unboxed_equals_cpu(torch.amin, t)
+
+
+def test_other_calls_of_the_new_families_take_the_boxed_fallback_and_equal_cpu():
+    a, b = torch.randn(6, 5), torch.randn(5)
+    cases = [lambda x, y: torch.maximum(x, y), lambda x, y: x < y, lambda x, y: torch.sum(x, dtype=torch.float64),
+             lambda x, y: x.amax(0), lambda x, y: x.long() > 0, lambda x, y: x.t() ** 2, lambda x, y: x.t().exp_()]
+    for case in cases:
+        expected = case(a.clone(), b)
+        got = case(a.to("mtia"), b.to("mtia")).cpu()
+        assert got.dtype == expected.dtype and got.stride() == expected.stride()
+        torch.testing.assert_close(got, expected, rtol=0, atol=0, equal_nan=True)

@@ -13,7 +13,13 @@
 //  - add, sub, mul, div (.Tensor) and their in-place forms: the other operand
 //    is a tensor of the same dtype and sizes, or a Python number (a CPU
 //    wrapped number, not complex: the result keeps the tensor's dtype, as type
-//    promotion gives it); in-place, the operands do not partly overlap.
+//    promotion gives it); in-place, the operands do not partly overlap;
+//  - maximum, minimum, atan2, ... of two such tensors (kBinaryOps), the six
+//    comparisons (a bool result; the other operand such a tensor or a
+//    number), pow, clamp, clamp_min/max, fmod, remainder with numbers
+//    (kScalarOps, clamp), sum/amax/amin of all elements (a 0-dim result),
+//    and an optimizer's in-place addcmul_, addcdiv_ and lerp_ (the other
+//    tensors alike, none partly overlapping self).
 // The task runs CPU's own kernel (its out= or in-place overload) over CPU
 // tensors on the operands' memory, so results are CPU's bit for bit; for two float32 or
 // float64 tensors and alpha 1 it runs one IEEE operation per element itself
@@ -26,6 +32,7 @@
 #include <ATen/TensorIterator.h>
 #include <torch/library.h>
 
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <vector>
@@ -288,6 +295,76 @@ at::Tensor withScalar(const at::Tensor& a, const c10::Scalar& b) {
   return out;
 }
 
+at::Tensor clamp(const at::Tensor& a, const std::optional<c10::Scalar>& lo, const std::optional<c10::Scalar>& hi) {
+  static const c10::OperatorHandle h = handle("aten::clamp", "");
+  // (neither bound: CPU's argument error, at the call, from the fallback)
+  if (!small(a) || (!lo && !hi) || (lo && lo->isComplex()) || (hi && hi->isComplex())) return boxed(h, {a, lo, hi});
+  c10::DeviceGuard guard(a.device());
+  at::Tensor out = emptyLike(a);
+  launchOnCurrentStream(a.device().index(), "aten::clamp", [x = Operand(a), lo, hi, res = Operand(out)] {
+    static const auto op = handle("aten::clamp", "out")
+                               .typed<at::Tensor&(const at::Tensor&, const std::optional<c10::Scalar>&,
+                                                  const std::optional<c10::Scalar>&, at::Tensor&)>();
+    at::Tensor o = res.host();
+    op.redispatch(kCPUKeys, x.host(), lo, hi, o);
+  });
+  return out;
+}
+
+// In-place ops of an optimizer's step on small parameters: self and the
+// other tensors alike, none partly overlapping self.
+bool inplacePlain(const at::Tensor& self, std::initializer_list<const at::Tensor*> others) {
+  for (const at::Tensor* t : others)
+    if (!alike(self, *t) || at::get_overlap_status(self, *t) == at::MemOverlapStatus::Partial) return false;
+  return true;
+}
+
+at::Tensor& addcmul_(at::Tensor& self, const at::Tensor& t1, const at::Tensor& t2, const c10::Scalar& value) {
+  static const c10::OperatorHandle h = handle("aten::addcmul_", "");
+  if (!inplacePlain(self, {&t1, &t2}) || value.isComplex()) {
+    boxed(h, {self, t1, t2, value});
+    return self;
+  }
+  launchOnCurrentStream(self.device().index(), "aten::addcmul_",
+                        [s = Operand(self), a = Operand(t1), b = Operand(t2), value] {
+                          static const auto op = h.typed<at::Tensor&(at::Tensor&, const at::Tensor&,
+                                                                     const at::Tensor&, const c10::Scalar&)>();
+                          at::Tensor hs = s.host();
+                          op.redispatch(kCPUKeys, hs, a.host(), b.host(), value);
+                        });
+  return self;
+}
+
+at::Tensor& addcdiv_(at::Tensor& self, const at::Tensor& t1, const at::Tensor& t2, const c10::Scalar& value) {
+  static const c10::OperatorHandle h = handle("aten::addcdiv_", "");
+  if (!inplacePlain(self, {&t1, &t2}) || value.isComplex()) {
+    boxed(h, {self, t1, t2, value});
+    return self;
+  }
+  launchOnCurrentStream(self.device().index(), "aten::addcdiv_",
+                        [s = Operand(self), a = Operand(t1), b = Operand(t2), value] {
+                          static const auto op = h.typed<at::Tensor&(at::Tensor&, const at::Tensor&,
+                                                                     const at::Tensor&, const c10::Scalar&)>();
+                          at::Tensor hs = s.host();
+                          op.redispatch(kCPUKeys, hs, a.host(), b.host(), value);
+                        });
+  return self;
+}
+
+at::Tensor& lerp_(at::Tensor& self, const at::Tensor& end, const c10::Scalar& weight) {
+  static const c10::OperatorHandle h = handle("aten::lerp_", "Scalar");
+  if (!inplacePlain(self, {&end}) || weight.isComplex()) {
+    boxed(h, {self, end, weight});
+    return self;
+  }
+  launchOnCurrentStream(self.device().index(), "aten::lerp_", [s = Operand(self), e = Operand(end), weight] {
+    static const auto op = h.typed<at::Tensor&(at::Tensor&, const at::Tensor&, const c10::Scalar&)>();
+    at::Tensor hs = s.host();
+    op.redispatch(kCPUKeys, hs, e.host(), weight);
+  });
+  return self;
+}
+
 // ------------------------------------------------------- small reductions
 
 // A reduction of every element to a 0-dim result of the tensor's dtype: sum
@@ -492,7 +569,7 @@ const std::unordered_set<std::string>& unboxedOps() {
     }
     for (const auto& b : kBinaryOps) s.insert(qualified(b.name, b.overload));
     for (const auto& b : kScalarOps) s.insert(qualified(b.name, b.overload));
-    for (const char* n : {"sum", "amax", "amin"}) s.insert(n);
+    for (const char* n : {"sum", "amax", "amin", "clamp", "addcmul_", "addcdiv_", "lerp_.Scalar"}) s.insert(n);
     for (const char* n : kCompareOps) {
       s.insert(std::string(n) + ".Tensor");
       s.insert(std::string(n) + ".Scalar");
@@ -518,6 +595,10 @@ TORCH_LIBRARY_IMPL(aten, MTIA, m) {
   m.impl("sum", &sum);
   m.impl("amax", &amax);
   m.impl("amin", &amin);
+  m.impl("clamp", &clamp);
+  m.impl("addcmul_", &addcmul_);
+  m.impl("addcdiv_", &addcdiv_);
+  m.impl("lerp_.Scalar", &lerp_);
 }
 
 }  // namespace openmtia

@@ -270,7 +270,9 @@ def test_binary_ops_comparisons_numbers_and_reductions_take_the_unboxed_path_wit
         for number in (0, 0.5, -1, float("nan"), True):
             unboxed_equals_cpu(lambda t: getattr(torch, name)(t, number), x)
     for fn in (lambda t: t ** 2, lambda t: t ** 0.5, lambda t: torch.pow(t, -3), lambda t: torch.clamp_min(t, 0.1),
-               lambda t: torch.clamp_max(t, -0.25), lambda t: torch.fmod(t, 1.5), lambda t: torch.remainder(t, -2)):
+               lambda t: torch.clamp_max(t, -0.25), lambda t: torch.fmod(t, 1.5), lambda t: torch.remainder(t, -2),
+               lambda t: torch.clamp(t, -1, 2), lambda t: torch.clamp(t, min=0.5), lambda t: torch.clamp(t, max=0),
+               lambda t: torch.clamp(t, 3, -3)):
         unboxed_equals_cpu(fn, x)
     for shape in [(1,), (7, 9), (4, 8, 16)]:
         z = special_values(shape[0] * (shape[1] if len(shape) > 1 else 1) * (shape[2] if len(shape) > 2 else 1),
@@ -291,3 +293,26 @@ def test_other_calls_of_the_new_families_take_the_boxed_fallback_and_equal_cpu()
         got = case(a.to("mtia"), b.to("mtia")).cpu()
         assert got.dtype == expected.dtype and got.stride() == expected.stride()
         torch.testing.assert_close(got, expected, rtol=0, atol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", FLOATING)
+def test_an_optimizers_in_place_ops_take_the_unboxed_path_with_cpus_bits(dtype):
+    p, g, v = (special_values(40, torch.float32).to(dtype) for _ in range(3))
+    v = v.abs() + 0.1
+    for case in (lambda a, b, c: a.clone().addcmul_(b, b, value=-0.01),
+                 lambda a, b, c: a.clone().addcdiv_(b, c, value=0.3),
+                 lambda a, b, c: a.clone().lerp_(b, 0.1),
+                 lambda a, b, c: a.clone().fill_(-2.5),
+                 lambda a, b, c: a.clone().zero_()):
+        unboxed_equals_cpu(case, p, g, v)
+
+
+def test_clamp_without_bounds_and_overlapping_in_place_operands_raise_at_the_call():
+    x = torch.randn(16, device="mtia")
+    with pytest.raises(RuntimeError, match="At least one of 'min' or 'max' must not be None"):
+        torch.clamp(x)
+    with pytest.raises(RuntimeError, match="unsupported operation"):
+        x[1:].addcmul_(x[:-1], x[:-1])
+    with pytest.raises(RuntimeError, match="unsupported operation"):
+        x[1:].lerp_(x[:-1], 0.5)
+    torch.mtia.synchronize()

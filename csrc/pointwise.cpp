@@ -319,35 +319,21 @@ bool inplacePlain(const at::Tensor& self, std::initializer_list<const at::Tensor
   return true;
 }
 
-at::Tensor& addcmul_(at::Tensor& self, const at::Tensor& t1, const at::Tensor& t2, const c10::Scalar& value) {
-  static const c10::OperatorHandle h = handle("aten::addcmul_", "");
+// addcmul_ and addcdiv_: self += value * t1 (* or /) t2.
+template <bool kDiv>
+at::Tensor& addcop_(at::Tensor& self, const at::Tensor& t1, const at::Tensor& t2, const c10::Scalar& value) {
+  static constexpr const char* name = kDiv ? "aten::addcdiv_" : "aten::addcmul_";
+  static const c10::OperatorHandle h = handle(name, "");
   if (!inplacePlain(self, {&t1, &t2}) || value.isComplex()) {
     boxed(h, {self, t1, t2, value});
     return self;
   }
-  launchOnCurrentStream(self.device().index(), "aten::addcmul_",
-                        [s = Operand(self), a = Operand(t1), b = Operand(t2), value] {
-                          static const auto op = h.typed<at::Tensor&(at::Tensor&, const at::Tensor&,
-                                                                     const at::Tensor&, const c10::Scalar&)>();
-                          at::Tensor hs = s.host();
-                          op.redispatch(kCPUKeys, hs, a.host(), b.host(), value);
-                        });
-  return self;
-}
-
-at::Tensor& addcdiv_(at::Tensor& self, const at::Tensor& t1, const at::Tensor& t2, const c10::Scalar& value) {
-  static const c10::OperatorHandle h = handle("aten::addcdiv_", "");
-  if (!inplacePlain(self, {&t1, &t2}) || value.isComplex()) {
-    boxed(h, {self, t1, t2, value});
-    return self;
-  }
-  launchOnCurrentStream(self.device().index(), "aten::addcdiv_",
-                        [s = Operand(self), a = Operand(t1), b = Operand(t2), value] {
-                          static const auto op = h.typed<at::Tensor&(at::Tensor&, const at::Tensor&,
-                                                                     const at::Tensor&, const c10::Scalar&)>();
-                          at::Tensor hs = s.host();
-                          op.redispatch(kCPUKeys, hs, a.host(), b.host(), value);
-                        });
+  launchOnCurrentStream(self.device().index(), name, [s = Operand(self), a = Operand(t1), b = Operand(t2), value] {
+    static const auto op =
+        h.typed<at::Tensor&(at::Tensor&, const at::Tensor&, const at::Tensor&, const c10::Scalar&)>();
+    at::Tensor hs = s.host();
+    op.redispatch(kCPUKeys, hs, a.host(), b.host(), value);
+  });
   return self;
 }
 
@@ -596,8 +582,8 @@ TORCH_LIBRARY_IMPL(aten, MTIA, m) {
   m.impl("amax", &amax);
   m.impl("amin", &amin);
   m.impl("clamp", &clamp);
-  m.impl("addcmul_", &addcmul_);
-  m.impl("addcdiv_", &addcdiv_);
+  m.impl("addcmul_", &addcop_<false>);
+  m.impl("addcdiv_", &addcop_<true>);
   m.impl("lerp_.Scalar", &lerp_);
 }
 

@@ -9,7 +9,6 @@
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/_local_scalar_dense.h>
 #include <ATen/ops/empty.h>
-#include <ATen/ops/from_blob.h>
 #include <ATen/ops/unfold_native.h>
 #include <ATen/ops/view_as_complex_native.h>
 #include <ATen/ops/view_as_real_native.h>
@@ -17,6 +16,7 @@
 #include <torch/library.h>
 
 #include "common.h"
+#include "operand.h"
 
 namespace openmtia {
 namespace {
@@ -157,15 +157,12 @@ void launchFill(const at::Tensor& self, const at::Tensor& value) {
 }
 
 void launchFill(const at::Tensor& self, const c10::Scalar& value) {
-  if (self.is_contiguous()) {
-    // its elements, taken at the call (no host view made on the host: the
-    // task makes a CPU tensor over them; later metadata changes do not reach it)
-    launchOnCurrentStream(self.device().index(), "fill_",
-                          [ptr = self.data_ptr(), n = self.numel(), dtype = self.scalar_type(), value] {
-                            useKernelThreads(n);
-                            at::AutoDispatchBelowADInplaceOrView guard;
-                            at::from_blob(ptr, {n}, at::TensorOptions().dtype(dtype)).fill_(value);
-                          });
+  if (self.is_contiguous()) {  // its elements, taken at the call (no host view made on the host)
+    launchOnCurrentStream(self.device().index(), "fill_", [elements = Operand(self), value] {
+      useKernelThreads(elements.n);
+      at::AutoDispatchBelowADInplaceOrView guard;
+      elements.host().fill_(value);
+    });
     return;
   }
   launchOnCurrentStream(self.device().index(), "fill_", [hd = hostView(self), value]() mutable {

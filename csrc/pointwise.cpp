@@ -35,11 +35,13 @@
 #include <initializer_list>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 #include <unordered_set>
 #include <utility>
 
 #include "common.h"
+#include "operand.h"
 
 namespace openmtia {
 namespace {
@@ -77,23 +79,6 @@ at::Tensor emptyLike(const at::Tensor& a) {
   return at::detail::empty_generic(a.sizes(), deviceAllocator(), c10::DispatchKeySet(c10::DispatchKey::MTIA),
                                    a.scalar_type(), std::nullopt);
 }
-
-// A contiguous mtia tensor's elements, taken at the call: the task must not
-// read the tensor's metadata, which later host calls may change (t_(),
-// resize_, set_). Its memory stays valid until the task has run: a block
-// freed (or replaced by resize_) is reused only by later work on its stream.
-// A Python number is kept as it is (`number`).
-struct Operand {
-  explicit Operand(const at::Tensor& t)
-      : ptr(t.device().type() == kMTIA ? t.data_ptr() : nullptr), n(t.numel()), dtype(t.scalar_type()),
-        number(ptr ? at::Tensor() : t) {}
-  void* ptr;
-  int64_t n;
-  at::ScalarType dtype;
-  at::Tensor number;
-  // on the worker: a CPU tensor over the elements (1-D: the ops are elementwise)
-  at::Tensor host() const { return ptr ? at::from_blob(ptr, {n}, at::TensorOptions().dtype(dtype)) : number; }
-};
 
 c10::OperatorHandle handle(const char* name, const char* overload) {
   return c10::Dispatcher::singleton().findSchemaOrThrow(name, overload);
@@ -151,7 +136,7 @@ at::Tensor unary(const at::Tensor& x) {
   if (!small(x)) return boxed(op.functional, {x});
   c10::DeviceGuard guard(x.device());
   at::Tensor out = emptyLike(x);
-  constexpr bool relu = I == kNumUnary - 1;
+  constexpr bool relu = std::string_view(kUnaryOps[I]) == "relu";
   launchOnCurrentStream(x.device().index(), op.name.c_str(), [&op, in = Operand(x), res = Operand(out)] {
     at::Tensor hx = in.host(), ho = res.host();
     if constexpr (relu) clampMinOut().redispatch(kCPUKeys, hx, 0, ho);
@@ -170,7 +155,7 @@ at::Tensor& unaryInplace(at::Tensor& x) {
     boxed(h, {x});
     return x;
   }
-  constexpr bool relu = I == kNumUnary - 1;
+  constexpr bool relu = std::string_view(kUnaryOps[I]) == "relu";
   launchOnCurrentStream(x.device().index(), name.c_str(), [self = Operand(x)] {
     at::Tensor hx = self.host();
     if constexpr (relu) {

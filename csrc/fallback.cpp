@@ -7,8 +7,9 @@
 // signature's plan (plan_cache.h); later calls allocate their outputs on the
 // device as planned and enqueue the CPU kernel as a task on the current
 // stream. A structured op's new shape of a known family is planned by its C++
-// meta function (AsyncCall::newShapePlan) and is asynchronous at once. Otherwise (scalar results, data-dependent shapes, value checks at
-// the call, Python CPU kernels) it runs synchronously (HostCall):
+// meta function (AsyncCall::newShapePlan) and is asynchronous at once.
+// Otherwise (scalar results, data-dependent shapes, value checks at the call,
+// Python CPU kernels) it runs synchronously (HostCall):
 //  - it waits for the current stream of the op's device (the host reads and
 //    writes device memory directly, so it must be ordered after queued work);
 //  - each mtia tensor argument becomes a CPU tensor over the same bytes, one

@@ -166,13 +166,18 @@ int withPythonWarningsRecorded(const std::function<void()>& fn);
 bool isInterrupt(const std::exception& e);
 
 // ---- kernel threads (threads.cpp)
-// Kernels over fewer elements than this run on one thread (see threads.cpp).
-constexpr int64_t kParallelWork = int64_t{1} << 16;
+// Kernels over less work than this run on one thread (see threads.cpp).
+constexpr int64_t kParallelWork = int64_t{1} << 20;
+// A matrix op's elements count this many times (its work grows faster).
+constexpr int64_t kDenseWorkScale = 16;
 // The elements of the tensors (and tensor lists) among `values`.
 int64_t workElements(const std::vector<c10::IValue>& values);
+// The work of a kernel of `op` over `elements` elements (for useKernelThreads).
+int64_t kernelWork(const c10::OperatorHandle& op, int64_t elements);
 // Sets how many threads the OpenMP and MKL parallel regions of the calling
 // (worker) thread use for a kernel over `work_elements` elements: one below
 // kParallelWork, all of them otherwise. Every kernel task calls it first.
+// (Elements count as work, except where kernelWork() says more.)
 void useKernelThreads(int64_t work_elements);
 
 // ---- prebuilt kernels for graph replays (prebuilt.cpp)

@@ -792,6 +792,7 @@ class AsyncCall {
     }
     int64_t work = workElements(args);
     for (auto& [slot, out] : outs) work += out.numel();
+    work = kernelWork(op_, work);
     std::shared_ptr<PrebuiltKernel> prebuilt;
     if (draws.empty() && !float32 && isCapturing(device_)) prebuilt = prebuild(*plan, flat, args, outs);
     if (failing_plan_) {  // the kernel's error, raised by the task as a device error

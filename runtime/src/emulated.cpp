@@ -129,6 +129,11 @@ struct Stream {
   std::atomic<uint64_t> completed{0};
   std::atomic<uint64_t> enqueued_seen{0};  // `enqueued`, readable without the lock
   std::atomic<int> waiters{0};             // threads in waitFor()
+  // The least completion count a sleeping waiter needs (UINT64_MAX: none). A
+  // worker wakes the waiters only when `completed` reaches it, not at every
+  // task: a host thread woken per task takes a core from the kernel's own
+  // threads (a 1M-element add ran at half speed behind a sleeping sync).
+  std::atomic<uint64_t> wake_at{UINT64_MAX};
   std::string error_task, error_msg;  // first failure not yet reported
   bool has_error = false;
   std::shared_ptr<struct GraphTasks> capture;  // under mu: the graph being captured, if any
@@ -238,9 +243,10 @@ struct Stream {
         error_msg = err;
       }
     }
-    completed.fetch_add(1);  // seq_cst, paired with waitFor()'s waiters/completed
-    if (waiters.load() > 0) {
+    const uint64_t now = completed.fetch_add(1) + 1;  // seq_cst, paired with sleepUntil()
+    if (waiters.load() > 0 && now >= wake_at.load()) {
       std::lock_guard<std::mutex> lk(mu);
+      wake_at = UINT64_MAX;  // (the waiters not done yet lower it again)
       cv_done.notify_all();
     }
   }
@@ -265,16 +271,25 @@ struct Stream {
     std::lock_guard<std::mutex> lk(mu);
     collect(trash.tasks);
   }
-  // Waits until the queue holds fewer than `depth` pending tasks.
+  // Waits until the queue holds fewer than `depth` pending tasks. A full
+  // queue waits until it is half empty, so the host thread does not wake
+  // (and take a core from the kernels) once per finished task.
   void waitForRoom(size_t depth) {
-    if (enqueued_seen.load(std::memory_order_acquire) - completed.load() < depth) return;
-    auto wait = [this, depth] {
-      std::unique_lock<std::mutex> lk(mu);
-      ++waiters;
-      cv_done.wait(lk, [&] { return enqueued - completed.load() < depth; });
-      --waiters;
-    };
+    const uint64_t seen = enqueued_seen.load(std::memory_order_acquire);
+    if (seen - completed.load() < depth) return;
+    auto wait = [this, target = seen - depth / 2] { sleepUntil(target); };
     hookedWait(wait);
+  }
+  // Sleeps until `completed` reaches `seq` (woken by the worker only then).
+  void sleepUntil(uint64_t seq) {
+    std::unique_lock<std::mutex> lk(mu);
+    ++waiters;  // seq_cst: a worker that misses our wake_at sees ...
+    while (completed.load() < seq) {  // ... its completion here
+      if (seq < wake_at.load()) wake_at = seq;
+      if (completed.load() >= seq) break;
+      cv_done.wait(lk);
+    }
+    --waiters;
   }
   uint64_t push(std::string name, Task fn, size_t depth, uint64_t tag = 0) {
     if (depth) waitForRoom(depth);
@@ -338,10 +353,7 @@ struct Stream {
     auto until = Clock::now() + std::chrono::microseconds(kSyncSpinMicros);
     while (completed.load() < seq && Clock::now() < until) std::this_thread::yield();
     if (completed.load() >= seq) return;
-    std::unique_lock<std::mutex> lk(mu);
-    ++waiters;
-    cv_done.wait(lk, [&] { return completed.load() >= seq; });
-    --waiters;
+    sleepUntil(seq);
   }
   uint64_t enqueuedNow() {
     std::lock_guard<std::mutex> lk(mu);

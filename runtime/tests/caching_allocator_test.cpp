@@ -227,3 +227,50 @@ TEST(Streams, ALaunchIntoAFullQueueWaitsForRoom) {
   EXPECT_EQ(launched.load(), depth + 10);
   omr::streamSynchronize(0, 3);
 }
+
+TEST(Streams, AFullQueueResumesTheHostWhenHalfEmptyNotAtEachTask) {
+  // The host thread sleeps until half the queue has run: woken once per
+  // finished task, it took a core from the kernels' own threads.
+  size_t depth = omr::launchQueueDepth();
+  auto release = std::make_shared<std::atomic<bool>>(false);
+  auto done = std::make_shared<std::atomic<size_t>>(0);
+  omr::launch(0, 3, "busy", busyUntil(release));
+  for (size_t i = 0; i + 1 < depth; ++i)
+    omr::launch(0, 3, "slow", [done] {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+      ++*done;
+    });
+  size_t seen = 0;
+  std::thread host([&] {
+    omr::launch(0, 3, "noop", [] {});  // the queue is full: waits
+    seen = done->load();
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  *release = true;
+  host.join();
+  EXPECT_GE(seen + 1, depth / 2);  // (the busy task counts as run)
+  EXPECT_LT(seen, depth);
+  omr::streamSynchronize(0, 3);
+}
+
+TEST(Streams, ConcurrentSynchronizesOnOneStreamAllWake) {
+  // Threads wait for different tasks of one stream at once: each must wake
+  // when its own task is done (a missed wake-up hangs here).
+  auto s = omr::streamFromPool(0, 0);
+  std::atomic<long> sum{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 2000; ++i) {
+        omr::launch(0, s, "add", [&sum, i, t] {
+          if ((i + t) % 64 == 0) std::this_thread::sleep_for(std::chrono::microseconds(100));
+          sum += 1;
+        });
+        if (i % (t + 1) == 0) omr::streamSynchronize(0, s);
+      }
+      omr::streamSynchronize(0, s);
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(sum.load(), 8000);
+}

@@ -783,13 +783,22 @@ class AsyncCall {
     }
     const bool float32 = float32Call(op_, *stack_);  // (bf16/fp16 matrix ops: low_precision.h)
     std::vector<ResultPlacement::Slot> scratch;       // its float32 stand-ins, served from device memory
-    std::vector<at::Tensor> scratch_tensors;          // (device tensors: the task keeps their blocks)
+    // (device tensors, all allocated before the launch and freed after it:
+    // stream-ordered, a later allocation of their blocks on this stream is
+    // for later work. A task that held them until it was destroyed kept
+    // one set per queued task: 416 page faults per call until the pool had
+    // grown to the queue's depth. A captured task holds them, as a graph's
+    // tasks hold all the memory they use.)
+    std::vector<at::Tensor> scratch_tensors;
     if (float32) {
       std::vector<at::Tensor> low = flat;
       for (const auto& [slot, out] : outs) low.push_back(out);
       scratch_tensors = float32Scratch(low);
       for (const at::Tensor& v : scratch_tensors) scratch.push_back({v.data_ptr(), v.storage().nbytes()});
     }
+    auto heldByTask = [this](const std::vector<at::Tensor>& t) {
+      return isCapturing(device_) ? t : std::vector<at::Tensor>();
+    };
     int64_t work = workElements(args);
     for (auto& [slot, out] : outs) work += out.numel();
     work = kernelWork(op_, work);
@@ -806,13 +815,13 @@ class AsyncCall {
       for (auto& [slot, out] : outs) args.emplace_back(out);
       launchOnCurrentStream(device_, schema.name().c_str(),
                             [op = *plan->out_op, host = std::move(args), draws = std::move(draws), work, plan,
-                             float32, scratch, keep = std::move(scratch_tensors)]() {
+                             float32, scratch, keep = heldByTask(scratch_tensors)]() {
                               std::vector<c10::IValue>& stack = callStack(host, draws);
                               useKernelThreads(work);
                               {
                                 at::AutoDispatchBelowADInplaceOrView below_autograd;
                                 ResultPlacement placement(scratch);
-                                callCpuKernel(op, &stack, float32);
+                                callCpuKernel(op, &stack, float32, work);
                               }
                               stack.clear();  // the task still holds what it references
                               checkOutputsKept(op, host, *plan);
@@ -822,7 +831,7 @@ class AsyncCall {
       launchOnCurrentStream(
           device_, schema.name().c_str(),
           [op, host = std::move(args), outs = std::move(outs), draws = std::move(draws), work, float32,
-           scratch = std::move(scratch), keep = std::move(scratch_tensors)]() mutable {
+           scratch = std::move(scratch), keep = heldByTask(scratch_tensors)]() mutable {
             std::vector<c10::IValue>& stack = callStack(host, draws);
             useKernelThreads(work);
             std::vector<ResultPlacement::Slot> slots = scratch;  // first: a float32 stand-in takes its own
@@ -832,7 +841,7 @@ class AsyncCall {
               // as on the host: kernels run below autograd
               at::AutoDispatchBelowADInplaceOrView below_autograd;
               ResultPlacement placement(std::move(slots));  // results allocated in the outputs
-              callCpuKernel(op, &stack, float32);
+              callCpuKernel(op, &stack, float32, work);
             }
             takeResults(op, stack, outs);
             stack.clear();

@@ -114,7 +114,7 @@ bool float32Call(const c10::OperatorHandle& op, const torch::jit::Stack& stack) 
   return low && isLowPrecision(*low) && lowPrecisionPath(*low) == LowPrecisionPath::kFloat32;
 }
 
-void callCpuKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, bool float32) {
+void callCpuKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, bool float32, int64_t work) {
   if (!float32) {
     op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
     return;
@@ -130,12 +130,15 @@ void callCpuKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, bool
     const at::Tensor t = v.toTensor();
     if (!t.defined() || !isLowPrecision(t.scalar_type())) continue;
     low = t.scalar_type();
+    if (work) useKernelThreads(t.numel());  // (a conversion's own thread count: see below)
     at::Tensor f = t.to(at::kFloat);  // its values too: an in-place op reads them
     if (isWritten(args[i])) written.emplace_back(t, f);
     v = std::move(f);
   }
+  if (work) useKernelThreads(work);
   op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
   for (auto& [t, f] : written) {  // each written argument rounded once
+    if (work) useKernelThreads(t.numel());
     if (!t.sizes().equals(f.sizes())) t.resize_(f.sizes());  // as the kernel resizes an out= argument
     t.copy_(f);
   }
@@ -145,6 +148,7 @@ void callCpuKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, bool
     if (!v.isTensor() || !v.toTensor().defined() || v.toTensor().scalar_type() != at::kFloat) continue;
     const at::Tensor r = v.toTensor();
     auto w = std::find_if(written.begin(), written.end(), [&](const auto& p) { return p.second.is_same(r); });
+    if (work && w == written.end()) useKernelThreads(r.numel());
     v = w != written.end() ? w->first : r.to(low);  // a returned argument, or a fresh result rounded once
   }
 }

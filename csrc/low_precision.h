@@ -53,13 +53,18 @@ bool float32Call(const c10::OperatorHandle& op, const torch::jit::Stack& stack);
 // with float32 the op over float32 copies of the bf16/fp16 tensors, then each
 // written argument and each fresh result rounded once to their dtype. (In
 // the fallback's tasks and synchronous calls, so one task does it all.)
-void callCpuKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, bool float32);
+// In a task, `work` is the kernel's (useKernelThreads): each conversion then
+// runs with the threads its own size calls for, not the kernel's (a parallel
+// region costs the worker 40-50 us to wake its team: three conversions with
+// two threads cost a 832x128x384 mm 200 us, on one thread 30 us). 0 leaves
+// the calling thread's setting alone (the host's synchronous calls).
+void callCpuKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, bool float32, int64_t work = 0);
 // Device memory for the float32 stand-ins of a float32 call (its bf16/fp16
 // `tensors`: arguments and fresh outputs, one float32 buffer of each one's
 // element count). The task serves its conversions and the kernel's float32
 // results from them (ResultPlacement): memory the caching allocator reuses,
-// instead of fresh heap pages each call. The task holds them (not host views,
-// which do not keep a block allocated) until it is destroyed.
+// instead of fresh heap pages each call. The caller holds them until the
+// task is launched (so no two share a block) and frees them then.
 std::vector<at::Tensor> float32Scratch(const std::vector<at::Tensor>& tensors);
 // How many calls took the float32 path so far (for tests).
 int64_t lowPrecisionFloat32Calls();

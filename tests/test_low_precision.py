@@ -228,3 +228,35 @@ def test_in_place_and_out_overloads_match_cpu(dtype, mode):
         out = torch.empty(0, dtype=dtype, device="mtia")
         calls(mode, lambda: torch.bmm(a[None].to("mtia"), b[None].to("mtia"), out=out))
         close(out, torch.bmm(a[None], b[None]))
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+def test_queued_calls_share_their_float32_scratch_and_stay_correct(dtype):
+    """The float32 stand-ins of a call are freed once its task is launched:
+    stream-ordered, later calls reuse their blocks. Held by each queued task,
+    they grew the device pool (and the host's page faults) with the queue."""
+    before = C._low_precision_mode()
+    C._set_low_precision_mode("float32")
+    try:
+        torch.manual_seed(0)
+        a_cpu, b_cpu = positive(256, 64, dtype=dtype), positive(64, 128, dtype=dtype)
+        a, b = a_cpu.to("mtia"), b_cpu.to("mtia")
+        torch.mm(a, b)  # the signature's first call
+        torch.mtia.synchronize()
+        allocated = lambda: torch.mtia.memory_stats()["allocated_bytes.all.current"]
+        base = allocated()
+        gate = C._launch_blocking_task(a.device.index, 30.0)  # holds the stream: the calls queue up
+        try:
+            outs = [torch.mm(a * (i + 1), b) for i in range(40)]  # each call: a, a*(i+1) and its output scratch
+            grown = allocated() - base
+        finally:
+            gate.release()
+        torch.mtia.synchronize()
+        per_call = (256 * 64 + 64 * 128 + 256 * 128) * 4  # the float32 stand-ins of one call
+        # the 40 outputs and a*(i+1) are held by the test; the stand-ins are not
+        held = 40 * (256 * 128 + 256 * 64) * dtype.itemsize
+        assert grown < held + 4 * per_call, (grown, held, per_call)
+        for i, out in enumerate(outs):
+            close(out, torch.mm(a_cpu * (i + 1), b_cpu))
+    finally:
+        C._set_low_precision_mode(before)

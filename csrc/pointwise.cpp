@@ -5,7 +5,9 @@
 // on the calling thread. Here, when the call is the plain case, the kernel is
 // unboxed, the result allocated as the CPU kernel would make it, and the task
 // does the rest on the device's worker. The plain case: floating tensors
-// (float32, float64, bfloat16, float16) on one mtia device, contiguous,
+// (float32, float64, bfloat16, float16; integer and bool tensors where the
+// op's dtype rule for them is as simple: see kIntegral below) on one mtia
+// device, contiguous,
 // without conj/neg bits, 1 to GRAIN_SIZE elements (CPU runs these on one
 // thread too), no graph being captured (a capture prebuilds CPU kernels), and
 //  - unary ops (exp, sqrt, abs, neg, relu, ...: kUnaryOps): any such tensor;
@@ -53,11 +55,35 @@ bool isOne(const c10::Scalar& s) {
   return s.isFloatingPoint() && s.toDouble() == 1.0;
 }
 
-// A tensor of the plain case (see above).
-bool small(const at::Tensor& t) {
+// The dtypes of the plain case. Floating: every op of this file. Integer
+// (uint8, int8, int16, int32, int64) and bool tensors only where the op's
+// result and errors for them are as plain (kIntegral):
+//  - add, sub, mul of two integer tensors of one dtype, or with a Python int,
+//    alpha an integer (the result keeps the dtype; bool keeps the boxed path,
+//    whose rules differ: sub raises);
+//  - abs, neg, relu and maximum, minimum, amax, amin of integer tensors;
+//  - the comparisons of any of these dtypes (a bool result; CPU's kernel
+//    promotes a number itself);
+//  - sum of all elements of an int64 tensor (other integers sum to int64).
+// div (true division), the other unary ops and the rest keep floating only.
+enum class Dtypes { kFloating, kIntegral, kAny };
+
+bool floatingDtype(at::ScalarType d) {
+  return d == at::kFloat || d == at::kDouble || d == at::kBFloat16 || d == at::kHalf;
+}
+bool integralDtype(at::ScalarType d) {  // (not bool)
+  return d == at::kByte || d == at::kChar || d == at::kShort || d == at::kInt || d == at::kLong;
+}
+bool admits(Dtypes which, at::ScalarType d) {
+  if (floatingDtype(d)) return true;
+  if (which == Dtypes::kFloating) return false;
+  return integralDtype(d) || (which == Dtypes::kAny && d == at::kBool);
+}
+
+// A tensor of the plain case (see above), of the dtypes `which`.
+bool small(const at::Tensor& t, Dtypes which = Dtypes::kFloating) {
   if (!t.defined() || t.device().type() != kMTIA) return false;
-  auto dtype = t.scalar_type();
-  if (dtype != at::kFloat && dtype != at::kDouble && dtype != at::kBFloat16 && dtype != at::kHalf) return false;
+  if (!admits(which, t.scalar_type())) return false;
   const int64_t n = t.numel();
   if (n == 0 || n > at::internal::GRAIN_SIZE || !t.is_contiguous() || t.is_neg() || t.is_conj()) return false;
   return !isCapturing(t.device().index());
@@ -70,8 +96,8 @@ bool number(const at::Tensor& t) {
 }
 
 // Two tensors of the plain case, alike: one dtype, device and sizes.
-bool alike(const at::Tensor& a, const at::Tensor& b) {
-  return small(a) && small(b) && a.device() == b.device() && a.scalar_type() == b.scalar_type() &&
+bool alike(const at::Tensor& a, const at::Tensor& b, Dtypes which = Dtypes::kFloating) {
+  return small(a, which) && small(b, which) && a.device() == b.device() && a.scalar_type() == b.scalar_type() &&
          a.sizes().equals(b.sizes());
 }
 
@@ -130,10 +156,17 @@ const c10::TypedOperatorHandle<at::Tensor&(const at::Tensor&, const c10::Scalar&
   return h;
 }
 
+// abs, neg and relu keep an integer tensor's dtype; the others make floats.
+template <size_t I>
+constexpr Dtypes unaryDtypes() {
+  constexpr std::string_view n = kUnaryOps[I];
+  return n == "abs" || n == "neg" || n == "relu" ? Dtypes::kIntegral : Dtypes::kFloating;
+}
+
 template <size_t I>
 at::Tensor unary(const at::Tensor& x) {
   const Unary& op = unaryOp(I);
-  if (!small(x)) return boxed(op.functional, {x});
+  if (!small(x, unaryDtypes<I>())) return boxed(op.functional, {x});
   c10::DeviceGuard guard(x.device());
   at::Tensor out = emptyLike(x);
   constexpr bool relu = std::string_view(kUnaryOps[I]) == "relu";
@@ -151,7 +184,7 @@ template <size_t I>
 at::Tensor& unaryInplace(at::Tensor& x) {
   static const std::string name = std::string("aten::") + kUnaryOps[I] + "_";
   static const c10::OperatorHandle h = handle(name.c_str(), "");
-  if (!small(x)) {
+  if (!small(x, unaryDtypes<I>())) {
     boxed(h, {x});
     return x;
   }
@@ -206,7 +239,8 @@ at::Tensor binary(const at::Tensor& a, const at::Tensor& b) {
   constexpr const BinarySpec& spec = kBinaryOps[I];
   static const std::string name = std::string("aten::") + spec.name;
   static const c10::OperatorHandle h = handle(name.c_str(), spec.overload);
-  if (!alike(a, b)) return boxed(h, {a, b});
+  constexpr bool integral = std::string_view(spec.name) == "maximum" || std::string_view(spec.name) == "minimum";
+  if (!alike(a, b, integral ? Dtypes::kIntegral : Dtypes::kFloating)) return boxed(h, {a, b});
   c10::DeviceGuard guard(a.device());
   at::Tensor out = emptyLike(a);
   launchOnCurrentStream(a.device().index(), name.c_str(), [x = Operand(a), y = Operand(b), res = Operand(out)] {
@@ -227,7 +261,7 @@ template <size_t I>
 at::Tensor compareTensor(const at::Tensor& a, const at::Tensor& b) {
   static const std::string name = std::string("aten::") + kCompareOps[I];
   static const c10::OperatorHandle h = handle(name.c_str(), "Tensor");
-  if (!alike(a, b)) return boxed(h, {a, b});
+  if (!alike(a, b, Dtypes::kAny)) return boxed(h, {a, b});
   c10::DeviceGuard guard(a.device());
   at::Tensor out = emptyBool(a);
   launchOnCurrentStream(a.device().index(), name.c_str(), [x = Operand(a), y = Operand(b), res = Operand(out)] {
@@ -243,7 +277,7 @@ template <size_t I>
 at::Tensor compareScalar(const at::Tensor& a, const c10::Scalar& b) {
   static const std::string name = std::string("aten::") + kCompareOps[I];
   static const c10::OperatorHandle h = handle(name.c_str(), "Scalar");
-  if (!small(a) || b.isComplex()) return boxed(h, {a, b});
+  if (!small(a, Dtypes::kAny) || b.isComplex()) return boxed(h, {a, b});
   c10::DeviceGuard guard(a.device());
   at::Tensor out = emptyBool(a);
   launchOnCurrentStream(a.device().index(), name.c_str(), [x = Operand(a), b, res = Operand(out)] {
@@ -345,7 +379,9 @@ at::Tensor& lerp_(at::Tensor& self, const at::Tensor& end, const c10::Scalar& we
 template <bool kSum, bool kMax>
 at::Tensor reduceAll(const c10::OperatorHandle& h, const char* name, const at::Tensor& x,
                      std::vector<c10::IValue> boxed_args, bool plain) {
-  if (!plain || !small(x)) return boxed(h, std::move(boxed_args));
+  // (sum: of integers only int64, whose sum keeps the dtype)
+  const bool integral = !kSum || x.scalar_type() == at::kLong;
+  if (!plain || !small(x, integral ? Dtypes::kIntegral : Dtypes::kFloating)) return boxed(h, std::move(boxed_args));
   c10::DeviceGuard guard(x.device());
   at::Tensor out = at::detail::empty_generic({}, deviceAllocator(), c10::DispatchKeySet(c10::DispatchKey::MTIA),
                                              x.scalar_type(), std::nullopt);
@@ -472,10 +508,17 @@ struct Binary {
     }
   }
 
-  static bool plain(const at::Tensor& a, const at::Tensor& b) { return number(b) ? small(a) : alike(a, b); }
+  // Integer tensors: add, sub, mul; the number a Python int, alpha an integer.
+  static bool plain(const at::Tensor& a, const at::Tensor& b, const c10::Scalar& alpha) {
+    if (a.defined() && integralDtype(a.scalar_type())) {
+      if (op == Op::kDiv || !alpha.isIntegral(false)) return false;
+      return number(b) ? b.scalar_type() == at::kLong && small(a, Dtypes::kIntegral) : alike(a, b, Dtypes::kIntegral);
+    }
+    return number(b) ? small(a) : alike(a, b);
+  }
 
   static at::Tensor call(const at::Tensor& a, const at::Tensor& b, const c10::Scalar& alpha) {
-    if (!plain(a, b)) {
+    if (!plain(a, b, alpha)) {
       if constexpr (kAlpha) return boxed(functional(), {a, b, alpha});
       else return boxed(functional(), {a, b});
     }
@@ -493,7 +536,7 @@ struct Binary {
 
   static at::Tensor& callInplace(at::Tensor& self, const at::Tensor& other, const c10::Scalar& alpha) {
     // operands that partly overlap raise (CPU's check, at the call): boxed
-    if (!plain(self, other) ||
+    if (!plain(self, other, alpha) ||
         (!number(other) && at::get_overlap_status(self, other) == at::MemOverlapStatus::Partial)) {
       if constexpr (kAlpha) boxed(inplace(), {self, other, alpha});
       else boxed(inplace(), {self, other});

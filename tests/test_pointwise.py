@@ -115,7 +115,8 @@ UNARY = ["abs", "neg", "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", 
          "reciprocal", "floor", "ceil", "round", "trunc", "frac", "sign", "silu", "lgamma", "digamma", "i0", "sinc",
          "relu"]
 FLOATING = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
-BITS = {torch.float32: torch.int32, torch.float64: torch.int64, torch.bfloat16: torch.int16, torch.float16: torch.int16}
+BITS = {torch.float32: torch.int32, torch.float64: torch.int64, torch.bfloat16: torch.int16, torch.float16: torch.int16,
+        **{t: t for t in (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)}}
 
 
 def lookups():
@@ -316,3 +317,69 @@ def test_clamp_without_bounds_and_overlapping_in_place_operands_raise_at_the_cal
     with pytest.raises(RuntimeError, match="unsupported operation"):
         x[1:].lerp_(x[:-1], 0.5)
     torch.mtia.synchronize()
+
+
+INTEGRAL = [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64]
+
+
+def integers(n, dtype, seed):
+    g = torch.Generator().manual_seed(seed)
+    info = torch.iinfo(dtype)
+    x = torch.randint(max(info.min, -1000), min(info.max, 1000), (n,), generator=g).to(dtype)
+    extremes = torch.tensor([info.min, info.max, 0, 1], dtype=torch.int64).to(dtype)
+    x[: min(n, 4)] = extremes[: min(n, 4)]  # overflow wraps as on CPU
+    return x
+
+
+@pytest.mark.parametrize("dtype", INTEGRAL, ids=str)
+def test_integer_tensors_take_the_unboxed_path_where_their_dtype_rule_is_plain(dtype):
+    x, y = integers(50, dtype, 0), integers(50, dtype, 1)
+    y[::4] = x[::4]  # equal elements for the comparisons
+    for fn in (lambda a, b: a + b, lambda a, b: a - b, lambda a, b: a * b, lambda a, b: torch.add(a, b, alpha=3),
+               lambda a, b: torch.sub(a, b, alpha=-2), lambda a, b: torch.maximum(a, b), lambda a, b: torch.minimum(a, b),
+               lambda a, b: a.clone().add_(b) if a.device.type == "cpu" else a.add_(b),
+               lambda a, b: a.clone().mul_(b) if a.device.type == "cpu" else a.mul_(b)):
+        unboxed_equals_cpu(fn, x, y)
+    for name in COMPARE:
+        unboxed_equals_cpu(getattr(torch, name), x, y)
+        for number in (0, 7, -1, 2.5, True):
+            unboxed_equals_cpu(lambda t: getattr(torch, name)(t, number), x)
+    for fn in (lambda t: t + 3, lambda t: t * 2, lambda t: t - 1000, torch.abs, torch.neg, torch.relu, torch.amax,
+               torch.amin, lambda t: t.clone().neg_() if t.device.type == "cpu" else t.neg_()):
+        unboxed_equals_cpu(fn, x)
+    if dtype == torch.int64:
+        unboxed_equals_cpu(torch.sum, x)
+        unboxed_equals_cpu(torch.sum, torch.full((100,), 2 ** 62, dtype=torch.int64))  # wraps as on CPU
+
+
+def test_bool_tensors_take_the_unboxed_path_for_comparisons():
+    a = torch.tensor([True, False, True, False] * 8)
+    b = torch.tensor([True, True, False, False] * 8)
+    for name in COMPARE:
+        unboxed_equals_cpu(getattr(torch, name), a, b)
+        unboxed_equals_cpu(lambda t: getattr(torch, name)(t, 0.5), a)
+
+
+def test_integer_and_bool_calls_with_other_dtype_rules_keep_the_boxed_path_and_cpus_results_and_errors():
+    x, y = integers(40, torch.int32, 0), integers(40, torch.int32, 1).abs() + 1
+    b = torch.tensor([True, False] * 20)
+    cases = [lambda p, q, c: p / q,  # true division: float
+             lambda p, q, c: p + 2.5,  # a float number: float
+             lambda p, q, c: p * 1.5,
+             lambda p, q, c: p.exp(),  # float
+             lambda p, q, c: p.sum(),  # int32 sums to int64
+             lambda p, q, c: p.to(torch.int64) + q,  # mixed dtypes promote
+             lambda p, q, c: c + c, lambda p, q, c: c * c,  # bool arithmetic: the boxed path's rules
+             lambda p, q, c: torch.maximum(c, c), lambda p, q, c: c.sum()]
+    for case in cases:
+        expected = case(x, y, b)
+        got = case(x.to("mtia"), y.to("mtia"), b.to("mtia")).cpu()
+        assert got.dtype == expected.dtype, (got.dtype, expected.dtype)
+        assert torch.equal(got, expected)
+    for bad in (lambda p, q, c: c - c, lambda p, q, c: -c, lambda p, q, c: torch.add(p, q, alpha=0.5),
+                lambda p, q, c: p.add_(2.5)):
+        with pytest.raises(RuntimeError) as cpu_error:
+            bad(x.clone(), y, b)
+        with pytest.raises(RuntimeError) as mtia_error:  # at the call, with CPU's message
+            bad(x.to("mtia"), y.to("mtia"), b.to("mtia"))
+        assert str(cpu_error.value).split("\n")[0] in str(mtia_error.value)

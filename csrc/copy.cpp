@@ -10,6 +10,7 @@
 #include <torch/library.h>
 
 #include "common.h"
+#include "operand.h"
 
 namespace openmtia {
 namespace {
@@ -32,6 +33,18 @@ void enqueueMemcpy(const at::Tensor& dst, const at::Tensor& src, omr::CopyKind k
 
 void launchCopyKernel(const at::Tensor& dst, const at::Tensor& src, const char* name) {
   auto dev = dst.device().index();
+  // Two contiguous mtia tensors of one shape (a dtype conversion: .to(),
+  // autocast's casts): their elements, taken at the call (Operand), without
+  // the host views' work on the calling thread.
+  if (src.device().type() == kMTIA && dst.is_contiguous() && src.is_contiguous() && dst.sizes().equals(src.sizes()) &&
+      !dst.is_conj() && !src.is_conj() && !dst.is_neg() && !src.is_neg()) {
+    launchOnCurrentStream(dev, name, [hd = Operand(dst), hs = Operand(src)] {
+      useKernelThreads(hd.n + hs.n);
+      at::AutoDispatchBelowADInplaceOrView guard;
+      hd.host().copy_(hs.host());
+    });
+    return;
+  }
   // Views are taken now: a later in-place metadata change (resize_, t_, ...)
   // must not change what this task does. A CPU src (a 0-dim value) is kept by
   // its view.
@@ -139,7 +152,7 @@ at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
   auto dt = self.device().type(), st = src.device().type();
   TORCH_CHECK((dt == kMTIA || dt == c10::kCPU) && (st == kMTIA || st == c10::kCPU),
               "copy_: copies between ", src.device(), " and ", self.device(), " are not supported");
-  (void)src.expand(self.sizes());  // raises if src does not broadcast to self
+  if (!src.sizes().equals(self.sizes())) (void)src.expand(self.sizes());  // raises if src does not broadcast to self
   if (self.numel() == 0) return self;
   if (self.is_same(src)) return self;
   at::assert_no_internal_overlap(self);

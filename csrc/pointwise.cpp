@@ -21,7 +21,10 @@
 //    number), pow, clamp, clamp_min/max, fmod, remainder with numbers
 //    (kScalarOps, clamp), sum/amax/amin of all elements (a 0-dim result),
 //    and an optimizer's in-place addcmul_, addcdiv_ and lerp_ (the other
-//    tensors alike, none partly overlapping self).
+//    tensors alike, none partly overlapping self);
+//  - bitwise_and/or/xor and bitwise_not of integer and bool tensors,
+//    logical_not, and where(bool condition, two alike tensors), all of one
+//    shape.
 // The task runs CPU's own kernel (its out= or in-place overload) over CPU
 // tensors on the operands' memory, so results are CPU's bit for bit; for two float32 or
 // float64 tensors and alpha 1 it runs one IEEE operation per element itself
@@ -370,6 +373,77 @@ at::Tensor& lerp_(at::Tensor& self, const at::Tensor& end, const c10::Scalar& we
   return self;
 }
 
+// ------------------------------------------- bool and integer logic, where
+
+// bitwise_and/or/xor of two alike integer or bool tensors (their dtype),
+// bitwise_not of one (its dtype), logical_not of any (bool); floating
+// tensors raise in CPU's bitwise kernels: the boxed path, at the call.
+constexpr BinarySpec kBitwiseOps[] = {
+    {"bitwise_and", "Tensor", "Tensor_out"}, {"bitwise_or", "Tensor", "Tensor_out"},
+    {"bitwise_xor", "Tensor", "Tensor_out"}};
+constexpr size_t kNumBitwise = sizeof(kBitwiseOps) / sizeof(kBitwiseOps[0]);
+
+bool logical(const at::Tensor& t) { return small(t, Dtypes::kAny) && !floatingDtype(t.scalar_type()); }
+
+template <size_t I>
+at::Tensor bitwise(const at::Tensor& a, const at::Tensor& b) {
+  constexpr const BinarySpec& spec = kBitwiseOps[I];
+  static const std::string name = std::string("aten::") + spec.name;
+  static const c10::OperatorHandle h = handle(name.c_str(), spec.overload);
+  if (!logical(a) || !alike(a, b, Dtypes::kAny)) return boxed(h, {a, b});
+  c10::DeviceGuard guard(a.device());
+  at::Tensor out = emptyLike(a);
+  launchOnCurrentStream(a.device().index(), name.c_str(), [x = Operand(a), y = Operand(b), res = Operand(out)] {
+    static const auto op = handle(name.c_str(), spec.out_overload)
+                               .typed<at::Tensor&(const at::Tensor&, const at::Tensor&, at::Tensor&)>();
+    at::Tensor o = res.host();
+    op.redispatch(kCPUKeys, x.host(), y.host(), o);
+  });
+  return out;
+}
+
+// bitwise_not (kNot: of an integer or bool tensor, its dtype) and
+// logical_not (of any such tensor, bool).
+template <bool kNot>
+at::Tensor negation(const at::Tensor& a) {
+  static constexpr const char* name = kNot ? "aten::bitwise_not" : "aten::logical_not";
+  static const c10::OperatorHandle h = handle(name, "");
+  if (kNot ? !logical(a) : !small(a, Dtypes::kAny)) return boxed(h, {a});
+  c10::DeviceGuard guard(a.device());
+  at::Tensor out = kNot ? emptyLike(a) : emptyBool(a);
+  launchOnCurrentStream(a.device().index(), name, [x = Operand(a), res = Operand(out)] {
+    static const auto op = handle(name, "out").typed<at::Tensor&(const at::Tensor&, at::Tensor&)>();
+    at::Tensor o = res.host();
+    op.redispatch(kCPUKeys, x.host(), o);
+  });
+  return out;
+}
+
+// where(condition, self, other): a bool condition and two alike tensors of
+// its sizes (any dtype of the plain case); the result is like self.
+at::Tensor where(const at::Tensor& cond, const at::Tensor& a, const at::Tensor& b) {
+  static const c10::OperatorHandle h = handle("aten::where", "self");
+  if (!small(cond, Dtypes::kAny) || cond.scalar_type() != at::kBool || !alike(a, b, Dtypes::kAny) ||
+      cond.device() != a.device() || !cond.sizes().equals(a.sizes()))
+    return boxed(h, {cond, a, b});
+  c10::DeviceGuard guard(a.device());
+  at::Tensor out = emptyLike(a);
+  launchOnCurrentStream(a.device().index(), "aten::where",
+                        [c = Operand(cond), x = Operand(a), y = Operand(b), res = Operand(out)] {
+                          static const auto op = handle("aten::where", "self_out")
+                                                     .typed<at::Tensor&(const at::Tensor&, const at::Tensor&,
+                                                                        const at::Tensor&, at::Tensor&)>();
+                          at::Tensor o = res.host();
+                          op.redispatch(kCPUKeys, c.host(), x.host(), y.host(), o);
+                        });
+  return out;
+}
+
+template <size_t... I>
+void registerBitwise(torch::Library& m, std::index_sequence<I...>) {
+  (m.impl(qualified(kBitwiseOps[I].name, kBitwiseOps[I].overload).c_str(), &bitwise<I>), ...);
+}
+
 // ------------------------------------------------------- small reductions
 
 // A reduction of every element to a 0-dim result of the tensor's dtype: sum
@@ -583,7 +657,10 @@ const std::unordered_set<std::string>& unboxedOps() {
     }
     for (const auto& b : kBinaryOps) s.insert(qualified(b.name, b.overload));
     for (const auto& b : kScalarOps) s.insert(qualified(b.name, b.overload));
-    for (const char* n : {"sum", "amax", "amin", "clamp", "addcmul_", "addcdiv_", "lerp_.Scalar"}) s.insert(n);
+    for (const char* n : {"sum", "amax", "amin", "clamp", "addcmul_", "addcdiv_", "lerp_.Scalar", "bitwise_not",
+                          "logical_not", "where.self"})
+      s.insert(n);
+    for (const auto& b : kBitwiseOps) s.insert(qualified(b.name, b.overload));
     for (const char* n : kCompareOps) {
       s.insert(std::string(n) + ".Tensor");
       s.insert(std::string(n) + ".Scalar");
@@ -613,6 +690,10 @@ TORCH_LIBRARY_IMPL(aten, MTIA, m) {
   m.impl("addcmul_", &addcop_<false>);
   m.impl("addcdiv_", &addcop_<true>);
   m.impl("lerp_.Scalar", &lerp_);
+  registerBitwise(m, std::make_index_sequence<kNumBitwise>());
+  m.impl("bitwise_not", &negation<true>);
+  m.impl("logical_not", &negation<false>);
+  m.impl("where.self", &where);
 }
 
 }  // namespace openmtia

@@ -180,3 +180,29 @@ class TestNonBlocking:
         dst = src.t().to("mtia", dtype=torch.float64, non_blocking=True)
         torch.mtia.synchronize()
         assert torch.equal(dst.cpu(), src.t().double())
+
+
+def test_a_dtype_conversion_on_the_device_takes_its_operands_at_the_call():
+    # .to(dtype) and a converting copy_ of contiguous tensors take the
+    # elements at the call: metadata the host changes afterwards (t_(),
+    # resize_, set_) does not change what the queued task converts
+    import openmtia
+    a = torch.randn(6, 5)
+    x = a.to("mtia")
+    dst = torch.empty(6, 5, dtype=torch.float64, device="mtia")
+    torch.mtia.synchronize()
+    gate = openmtia._C._launch_blocking_task(0)
+    try:
+        half = x.to(torch.bfloat16)
+        dst.copy_(x)
+        ints = (x * 100).to(torch.int32)
+        assert not torch.mtia.current_stream().query()
+        x.t_()
+        dst_view = dst.view(30)
+        x.resize_(2)
+        x.set_(torch.zeros(3, device="mtia"))
+    finally:
+        gate.release()
+    assert torch.equal(half.cpu(), a.to(torch.bfloat16))
+    assert torch.equal(dst_view.cpu(), a.to(torch.float64).view(30))
+    assert torch.equal(ints.cpu(), (a * 100).to(torch.int32))

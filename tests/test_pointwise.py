@@ -383,3 +383,52 @@ def test_integer_and_bool_calls_with_other_dtype_rules_keep_the_boxed_path_and_c
         with pytest.raises(RuntimeError) as mtia_error:  # at the call, with CPU's message
             bad(x.to("mtia"), y.to("mtia"), b.to("mtia"))
         assert str(cpu_error.value).split("\n")[0] in str(mtia_error.value)
+
+
+@pytest.mark.parametrize("dtype", [torch.bool, torch.uint8, torch.int32, torch.int64], ids=str)
+def test_bitwise_ops_of_integer_and_bool_tensors_take_the_unboxed_path(dtype):
+    if dtype == torch.bool:
+        x, y = torch.tensor([True, False, True, False] * 9), torch.tensor([True, True, False, False] * 9)
+    else:
+        x, y = integers(36, dtype, 0), integers(36, dtype, 1)
+    for fn in (torch.bitwise_and, torch.bitwise_or, torch.bitwise_xor, lambda a, b: a & b, lambda a, b: a | b,
+               lambda a, b: a ^ b):
+        unboxed_equals_cpu(fn, x, y)
+    for fn in (torch.bitwise_not, lambda a: ~a, torch.logical_not):
+        unboxed_equals_cpu(fn, x)
+
+
+@pytest.mark.parametrize("dtype", FLOATING + [torch.int64, torch.bool], ids=str)
+def test_where_takes_the_unboxed_path_with_cpus_bits(dtype):
+    cond = torch.tensor([True, False, False, True, True] * 7)
+    if dtype.is_floating_point:
+        x, y = special_values(35, torch.float32).to(dtype), special_values(35, torch.float32).flip(0).to(dtype)
+    elif dtype == torch.bool:
+        x, y = cond.flip(0), cond.roll(1)
+    else:
+        x, y = integers(35, dtype, 0), integers(35, dtype, 1)
+    unboxed_equals_cpu(torch.where, cond, x, y)
+    unboxed_equals_cpu(lambda c, a, b: a.where(c, b), cond, x, y)
+    if dtype.is_floating_point:
+        unboxed_equals_cpu(torch.logical_not, x)
+
+
+def test_other_logic_and_where_calls_keep_the_boxed_path_with_cpus_results_and_errors():
+    x, y = torch.randn(5, 4), torch.randn(5, 4)
+    c = x > 0
+    for case in (lambda c, a, b: torch.where(c, a, b[0]),  # broadcast
+                 lambda c, a, b: torch.where(c, a, b.double()),  # promotion
+                 lambda c, a, b: torch.where(c[0], a, b),  # broadcast condition
+                 lambda c, a, b: torch.where(c.t(), a.t(), b.t()),  # non-contiguous
+                 lambda c, a, b: (a > 0).long() & c.long(),
+                 lambda c, a, b: torch.logical_not(a.t())):
+        expected = case(c, x, y)
+        got = case(c.to("mtia"), x.to("mtia"), y.to("mtia")).cpu()
+        assert got.dtype == expected.dtype and torch.equal(got, expected)
+    for bad in (lambda c, a, b: a & b, lambda c, a, b: torch.bitwise_not(a), lambda c, a, b: torch.where(c.long(), a, b),
+                lambda c, a, b: c & a):
+        with pytest.raises(RuntimeError) as cpu_error:
+            bad(c, x, y)
+        with pytest.raises(RuntimeError) as mtia_error:  # at the call, with CPU's message
+            bad(c.to("mtia"), x.to("mtia"), y.to("mtia"))
+        assert str(cpu_error.value).split("\n")[0] in str(mtia_error.value)

@@ -69,7 +69,8 @@ bool isOne(const c10::Scalar& s) {
 //    promotes a number itself);
 //  - sum of all elements of an int64 tensor (other integers sum to int64).
 // div (true division), the other unary ops and the rest keep floating only.
-enum class Dtypes { kFloating, kIntegral, kAny };
+// (kLogical: integer and bool, not floating: the bitwise ops)
+enum class Dtypes { kFloating, kIntegral, kAny, kLogical };
 
 bool floatingDtype(at::ScalarType d) {
   return d == at::kFloat || d == at::kDouble || d == at::kBFloat16 || d == at::kHalf;
@@ -78,9 +79,18 @@ bool integralDtype(at::ScalarType d) {  // (not bool)
   return d == at::kByte || d == at::kChar || d == at::kShort || d == at::kInt || d == at::kLong;
 }
 bool admits(Dtypes which, at::ScalarType d) {
-  if (floatingDtype(d)) return true;
-  if (which == Dtypes::kFloating) return false;
-  return integralDtype(d) || (which == Dtypes::kAny && d == at::kBool);
+  const bool floating = floatingDtype(d), integral = integralDtype(d), boolean = d == at::kBool;
+  switch (which) {
+    case Dtypes::kFloating:
+      return floating;
+    case Dtypes::kIntegral:
+      return floating || integral;
+    case Dtypes::kAny:
+      return floating || integral || boolean;
+    case Dtypes::kLogical:
+      break;
+  }
+  return integral || boolean;
 }
 
 // A tensor of the plain case (see above), of the dtypes `which`.
@@ -214,14 +224,19 @@ void registerUnary(torch::Library& m, std::index_sequence<I...>) {
 // ------------------------------------- other binary ops and comparisons
 
 // Binary ops of two alike tensors whose result has their dtype and sizes:
-// `name.overload(Tensor self, Tensor other)` with out= overload `out_overload`.
+// `name.overload(Tensor self, Tensor other)` with out= overload `out_overload`,
+// for tensors of `dtypes`. (The bitwise ops: integer and bool tensors only;
+// CPU's kernels raise for floating ones, through the boxed path.)
 struct BinarySpec {
   const char* name;
   const char* overload;
   const char* out_overload;
+  Dtypes dtypes = Dtypes::kFloating;
 };
 constexpr BinarySpec kBinaryOps[] = {
-    {"maximum", "", "out"},          {"minimum", "", "out"},        {"fmax", "", "out"},
+    {"maximum", "", "out", Dtypes::kIntegral}, {"minimum", "", "out", Dtypes::kIntegral},
+    {"bitwise_and", "Tensor", "Tensor_out", Dtypes::kLogical}, {"bitwise_or", "Tensor", "Tensor_out", Dtypes::kLogical},
+    {"bitwise_xor", "Tensor", "Tensor_out", Dtypes::kLogical}, {"fmax", "", "out"},
     {"fmin", "", "out"},             {"atan2", "", "out"},          {"hypot", "", "out"},
     {"copysign", "Tensor", "out"},   {"fmod", "Tensor", "Tensor_out"}, {"remainder", "Tensor", "Tensor_out"},
     {"pow", "Tensor_Tensor", "Tensor_Tensor_out"}, {"nextafter", "", "out"}, {"xlogy", "Tensor", "OutTensor"},
@@ -242,8 +257,7 @@ at::Tensor binary(const at::Tensor& a, const at::Tensor& b) {
   constexpr const BinarySpec& spec = kBinaryOps[I];
   static const std::string name = std::string("aten::") + spec.name;
   static const c10::OperatorHandle h = handle(name.c_str(), spec.overload);
-  constexpr bool integral = std::string_view(spec.name) == "maximum" || std::string_view(spec.name) == "minimum";
-  if (!alike(a, b, integral ? Dtypes::kIntegral : Dtypes::kFloating)) return boxed(h, {a, b});
+  if (!alike(a, b, spec.dtypes)) return boxed(h, {a, b});
   c10::DeviceGuard guard(a.device());
   at::Tensor out = emptyLike(a);
   launchOnCurrentStream(a.device().index(), name.c_str(), [x = Operand(a), y = Operand(b), res = Operand(out)] {
@@ -373,34 +387,7 @@ at::Tensor& lerp_(at::Tensor& self, const at::Tensor& end, const c10::Scalar& we
   return self;
 }
 
-// ------------------------------------------- bool and integer logic, where
-
-// bitwise_and/or/xor of two alike integer or bool tensors (their dtype),
-// bitwise_not of one (its dtype), logical_not of any (bool); floating
-// tensors raise in CPU's bitwise kernels: the boxed path, at the call.
-constexpr BinarySpec kBitwiseOps[] = {
-    {"bitwise_and", "Tensor", "Tensor_out"}, {"bitwise_or", "Tensor", "Tensor_out"},
-    {"bitwise_xor", "Tensor", "Tensor_out"}};
-constexpr size_t kNumBitwise = sizeof(kBitwiseOps) / sizeof(kBitwiseOps[0]);
-
-bool logical(const at::Tensor& t) { return small(t, Dtypes::kAny) && !floatingDtype(t.scalar_type()); }
-
-template <size_t I>
-at::Tensor bitwise(const at::Tensor& a, const at::Tensor& b) {
-  constexpr const BinarySpec& spec = kBitwiseOps[I];
-  static const std::string name = std::string("aten::") + spec.name;
-  static const c10::OperatorHandle h = handle(name.c_str(), spec.overload);
-  if (!logical(a) || !alike(a, b, Dtypes::kAny)) return boxed(h, {a, b});
-  c10::DeviceGuard guard(a.device());
-  at::Tensor out = emptyLike(a);
-  launchOnCurrentStream(a.device().index(), name.c_str(), [x = Operand(a), y = Operand(b), res = Operand(out)] {
-    static const auto op = handle(name.c_str(), spec.out_overload)
-                               .typed<at::Tensor&(const at::Tensor&, const at::Tensor&, at::Tensor&)>();
-    at::Tensor o = res.host();
-    op.redispatch(kCPUKeys, x.host(), y.host(), o);
-  });
-  return out;
-}
+// ------------------------------------------------ negations and where
 
 // bitwise_not (kNot: of an integer or bool tensor, its dtype) and
 // logical_not (of any such tensor, bool).
@@ -408,7 +395,7 @@ template <bool kNot>
 at::Tensor negation(const at::Tensor& a) {
   static constexpr const char* name = kNot ? "aten::bitwise_not" : "aten::logical_not";
   static const c10::OperatorHandle h = handle(name, "");
-  if (kNot ? !logical(a) : !small(a, Dtypes::kAny)) return boxed(h, {a});
+  if (!small(a, kNot ? Dtypes::kLogical : Dtypes::kAny)) return boxed(h, {a});
   c10::DeviceGuard guard(a.device());
   at::Tensor out = kNot ? emptyLike(a) : emptyBool(a);
   launchOnCurrentStream(a.device().index(), name, [x = Operand(a), res = Operand(out)] {
@@ -437,11 +424,6 @@ at::Tensor where(const at::Tensor& cond, const at::Tensor& a, const at::Tensor& 
                           op.redispatch(kCPUKeys, c.host(), x.host(), y.host(), o);
                         });
   return out;
-}
-
-template <size_t... I>
-void registerBitwise(torch::Library& m, std::index_sequence<I...>) {
-  (m.impl(qualified(kBitwiseOps[I].name, kBitwiseOps[I].overload).c_str(), &bitwise<I>), ...);
 }
 
 // ------------------------------------------------------- small reductions
@@ -660,7 +642,6 @@ const std::unordered_set<std::string>& unboxedOps() {
     for (const char* n : {"sum", "amax", "amin", "clamp", "addcmul_", "addcdiv_", "lerp_.Scalar", "bitwise_not",
                           "logical_not", "where.self"})
       s.insert(n);
-    for (const auto& b : kBitwiseOps) s.insert(qualified(b.name, b.overload));
     for (const char* n : kCompareOps) {
       s.insert(std::string(n) + ".Tensor");
       s.insert(std::string(n) + ".Scalar");
@@ -690,7 +671,6 @@ TORCH_LIBRARY_IMPL(aten, MTIA, m) {
   m.impl("addcmul_", &addcop_<false>);
   m.impl("addcdiv_", &addcop_<true>);
   m.impl("lerp_.Scalar", &lerp_);
-  registerBitwise(m, std::make_index_sequence<kNumBitwise>());
   m.impl("bitwise_not", &negation<true>);
   m.impl("logical_not", &negation<false>);
   m.impl("where.self", &where);

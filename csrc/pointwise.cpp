@@ -23,8 +23,8 @@
 //    and an optimizer's in-place addcmul_, addcdiv_ and lerp_ (the other
 //    tensors alike, none partly overlapping self);
 //  - bitwise_and/or/xor and bitwise_not of integer and bool tensors,
-//    logical_not, and where(bool condition, two alike tensors), all of one
-//    shape.
+//    logical_not, where(bool condition, two alike tensors) and masked_fill_
+//    with a number (a bool mask), all of one shape.
 // The task runs CPU's own kernel (its out= or in-place overload) over CPU
 // tensors on the operands' memory, so results are CPU's bit for bit; for two float32 or
 // float64 tensors and alpha 1 it runs one IEEE operation per element itself
@@ -426,6 +426,24 @@ at::Tensor where(const at::Tensor& cond, const at::Tensor& a, const at::Tensor& 
   return out;
 }
 
+// masked_fill_(self, mask, number): a floating self, a bool mask of its sizes
+// (not sharing its memory).
+at::Tensor& maskedFill_(at::Tensor& self, const at::Tensor& mask, const c10::Scalar& value) {
+  static const c10::OperatorHandle h = handle("aten::masked_fill_", "Scalar");
+  if (!small(self) || !small(mask, Dtypes::kAny) || mask.scalar_type() != at::kBool || mask.device() != self.device() ||
+      !mask.sizes().equals(self.sizes()) || value.isComplex() ||
+      at::get_overlap_status(self, mask) != at::MemOverlapStatus::No) {
+    boxed(h, {self, mask, value});
+    return self;
+  }
+  launchOnCurrentStream(self.device().index(), "aten::masked_fill_", [s = Operand(self), m = Operand(mask), value] {
+    static const auto op = h.typed<at::Tensor&(at::Tensor&, const at::Tensor&, const c10::Scalar&)>();
+    at::Tensor hs = s.host();
+    op.redispatch(kCPUKeys, hs, m.host(), value);
+  });
+  return self;
+}
+
 // ------------------------------------------------------- small reductions
 
 // A reduction of every element to a 0-dim result of the tensor's dtype: sum
@@ -640,7 +658,7 @@ const std::unordered_set<std::string>& unboxedOps() {
     for (const auto& b : kBinaryOps) s.insert(qualified(b.name, b.overload));
     for (const auto& b : kScalarOps) s.insert(qualified(b.name, b.overload));
     for (const char* n : {"sum", "amax", "amin", "clamp", "addcmul_", "addcdiv_", "lerp_.Scalar", "bitwise_not",
-                          "logical_not", "where.self"})
+                          "logical_not", "where.self", "masked_fill_.Scalar"})
       s.insert(n);
     for (const char* n : kCompareOps) {
       s.insert(std::string(n) + ".Tensor");
@@ -674,6 +692,7 @@ TORCH_LIBRARY_IMPL(aten, MTIA, m) {
   m.impl("bitwise_not", &negation<true>);
   m.impl("logical_not", &negation<false>);
   m.impl("where.self", &where);
+  m.impl("masked_fill_.Scalar", &maskedFill_);
 }
 
 }  // namespace openmtia

@@ -432,3 +432,32 @@ def test_other_logic_and_where_calls_keep_the_boxed_path_with_cpus_results_and_e
         with pytest.raises(RuntimeError) as mtia_error:  # at the call, with CPU's message
             bad(c.to("mtia"), x.to("mtia"), y.to("mtia"))
         assert str(cpu_error.value).split("\n")[0] in str(mtia_error.value)
+
+
+@pytest.mark.parametrize("dtype", FLOATING, ids=str)
+def test_masked_fill_takes_the_unboxed_path_with_cpus_bits(dtype):
+    x = special_values(45, torch.float32).to(dtype)
+    mask = torch.tensor([True, False, True, True, False] * 9)
+    for value in (0.0, -float("inf"), float("nan"), 3, True, -1e-40):
+        unboxed_equals_cpu(lambda t, m: t.clone().masked_fill_(m, value) if t.device.type == "cpu"
+                           else t.masked_fill_(m, value), x, mask)
+    expected = x.masked_fill(mask, -1.5)  # the functional form: clone, then masked_fill_
+    assert_bitwise(x.to("mtia").masked_fill(mask.to("mtia"), -1.5).cpu(), expected)
+
+
+def test_other_masked_fill_calls_keep_the_boxed_path_with_cpus_results_and_errors():
+    x = torch.randn(6, 5)
+    mask = x > 0
+    for case in (lambda t, m: t.masked_fill(m[0], 2.0),  # broadcast mask
+                 lambda t, m: t.t().masked_fill(m.t(), 2.0),  # non-contiguous
+                 lambda t, m: t.long().masked_fill(m, 7),  # integer self
+                 lambda t, m: t.masked_fill(m, torch.tensor(4.0, device=t.device))):  # a tensor value
+        expected = case(x, mask)
+        got = case(x.to("mtia"), mask.to("mtia")).cpu()
+        assert got.dtype == expected.dtype and torch.equal(got, expected)
+    for bad in (lambda t, m: t.masked_fill_(m.to(torch.uint8), 1.0), lambda t, m: t.masked_fill_(m, 1j)):
+        with pytest.raises(RuntimeError) as cpu_error:
+            bad(x.clone(), mask)
+        with pytest.raises(RuntimeError) as mtia_error:  # at the call, with CPU's message
+            bad(x.to("mtia"), mask.to("mtia"))
+        assert str(cpu_error.value).split("\n")[0] in str(mtia_error.value)

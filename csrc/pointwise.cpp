@@ -24,7 +24,8 @@
 //    tensors alike, none partly overlapping self);
 //  - bitwise_and/or/xor and bitwise_not of integer and bool tensors,
 //    logical_not, where(bool condition, two alike tensors) and masked_fill_
-//    with a number (a bool mask), all of one shape.
+//    with a number (a bool mask), all of one shape;
+//  - sum and mean over dimensions (the result contiguous, reduced sizes).
 // The task runs CPU's own kernel (its out= or in-place overload) over CPU
 // tensors on the operands' memory, so results are CPU's bit for bit; for two float32 or
 // float64 tensors and alpha 1 it runs one IEEE operation per element itself
@@ -491,6 +492,55 @@ at::Tensor amin(const at::Tensor& x, at::IntArrayRef dim, bool keepdim) {
   return reduceAll<false, false>(h, "aten::amin", x, {x, dim, keepdim}, dim.empty() && !keepdim);
 }
 
+// sum and mean over dimensions (sum.dim_IntList, mean.dim) of a floating
+// tensor: the dims in range and distinct (else the boxed path raises CPU's
+// error at the call), no dtype or the tensor's; the result is contiguous,
+// of the reduced sizes, as CPU's kernel makes it.
+template <bool kMean>
+at::Tensor reduceDims(const at::Tensor& x, at::OptionalIntArrayRef dim, bool keepdim,
+                      std::optional<at::ScalarType> dtype) {
+  static constexpr const char* name = kMean ? "aten::mean" : "aten::sum";
+  static const c10::OperatorHandle h = handle(name, kMean ? "dim" : "dim_IntList");
+  const int64_t ndim = x.dim();
+  std::vector<bool> reduced(std::max<int64_t>(ndim, 1), false);
+  // (an empty dim list: the boxed path, whose rule for it is CPU's)
+  bool plain = small(x) && (!dtype || *dtype == x.scalar_type()) && ndim > 0 && !(dim && dim->empty());
+  if (plain && dim) {
+    for (int64_t d : *dim) {
+      if (d < -ndim || d >= ndim || reduced[d < 0 ? d + ndim : d]) {
+        plain = false;
+        break;
+      }
+      reduced[d < 0 ? d + ndim : d] = true;
+    }
+  } else {
+    std::fill(reduced.begin(), reduced.end(), true);  // dim None: all of them
+  }
+  if (!plain) return boxed(h, {x, dim, keepdim, dtype});
+  std::vector<int64_t> out_sizes;
+  for (int64_t d = 0; d < ndim; ++d) {
+    if (!reduced[d]) out_sizes.push_back(x.size(d));
+    else if (keepdim) out_sizes.push_back(1);
+  }
+  c10::DeviceGuard guard(x.device());
+  at::Tensor out = at::detail::empty_generic(out_sizes, deviceAllocator(), c10::DispatchKeySet(c10::DispatchKey::MTIA),
+                                             x.scalar_type(), std::nullopt);
+  std::vector<int64_t> dims;
+  if (dim) dims.assign(dim->begin(), dim->end());
+  launchOnCurrentStream(x.device().index(), name,
+                        [in = Operand(x), sizes = x.sizes().vec(), res = Operand(out), out_sizes, dims, keepdim] {
+                          static const auto op = handle(name, kMean ? "out" : "IntList_out")
+                                                     .typed<at::Tensor&(const at::Tensor&, at::OptionalIntArrayRef,
+                                                                        bool, std::optional<at::ScalarType>,
+                                                                        at::Tensor&)>();
+                          const auto opts = at::TensorOptions().dtype(in.dtype);
+                          at::Tensor hx = at::from_blob(in.ptr, sizes, opts);
+                          at::Tensor o = at::from_blob(res.ptr, out_sizes, opts);
+                          op.redispatch(kCPUKeys, hx, dims, keepdim, std::nullopt, o);
+                        });
+  return out;
+}
+
 template <size_t... I>
 void registerScalar(torch::Library& m, std::index_sequence<I...>) {
   (m.impl(qualified(kScalarOps[I].name, kScalarOps[I].overload).c_str(), &withScalar<I>), ...);
@@ -658,7 +708,7 @@ const std::unordered_set<std::string>& unboxedOps() {
     for (const auto& b : kBinaryOps) s.insert(qualified(b.name, b.overload));
     for (const auto& b : kScalarOps) s.insert(qualified(b.name, b.overload));
     for (const char* n : {"sum", "amax", "amin", "clamp", "addcmul_", "addcdiv_", "lerp_.Scalar", "bitwise_not",
-                          "logical_not", "where.self", "masked_fill_.Scalar"})
+                          "logical_not", "where.self", "masked_fill_.Scalar", "sum.dim_IntList", "mean.dim"})
       s.insert(n);
     for (const char* n : kCompareOps) {
       s.insert(std::string(n) + ".Tensor");
@@ -693,6 +743,8 @@ TORCH_LIBRARY_IMPL(aten, MTIA, m) {
   m.impl("logical_not", &negation<false>);
   m.impl("where.self", &where);
   m.impl("masked_fill_.Scalar", &maskedFill_);
+  m.impl("sum.dim_IntList", &reduceDims<false>);
+  m.impl("mean.dim", &reduceDims<true>);
 }
 
 }  // namespace openmtia

@@ -461,3 +461,33 @@ def test_other_masked_fill_calls_keep_the_boxed_path_with_cpus_results_and_error
         with pytest.raises(RuntimeError) as mtia_error:  # at the call, with CPU's message
             bad(x.to("mtia"), mask.to("mtia"))
         assert str(cpu_error.value).split("\n")[0] in str(mtia_error.value)
+
+
+@pytest.mark.parametrize("dtype", FLOATING, ids=str)
+def test_sum_and_mean_over_dimensions_take_the_unboxed_path_with_cpus_bits(dtype):
+    z = special_values(4 * 6 * 5, torch.float32).to(dtype).view(4, 6, 5)
+    finite = torch.where(z.isfinite(), z, torch.zeros((), dtype=dtype)).clamp(-1000, 1000)
+    for t in (z, finite):
+        for dim in (0, 1, -1, (0, 2), [2, 0], (0, 1, 2), None):
+            for keepdim in (False, True):
+                unboxed_equals_cpu(lambda x: torch.sum(x, dim, keepdim=keepdim), t)
+                unboxed_equals_cpu(lambda x: torch.mean(x, dim, keepdim=keepdim), t)
+                unboxed_equals_cpu(lambda x: x.sum(dim, keepdim, dtype=dtype), t)
+
+
+def test_other_sum_and_mean_calls_keep_the_boxed_path_with_cpus_results_and_errors():
+    x = torch.randn(4, 6, 5)
+    for case in (lambda t: t.sum(1, dtype=torch.float64), lambda t: t.transpose(0, 2).sum(0),
+                 lambda t: t.long().sum(1), lambda t: t.sum([]), lambda t: t[0, 0, 0].sum(0),
+                 lambda t: t.mean([])):
+        expected = case(x)
+        got = case(x.to("mtia")).cpu()
+        assert got.dtype == expected.dtype and got.shape == expected.shape
+        torch.testing.assert_close(got, expected, rtol=0, atol=0)
+    for bad, error in ((lambda t: t.sum(3), IndexError), (lambda t: t.sum((0, 0)), RuntimeError),
+                       (lambda t: t.long().mean(0), RuntimeError), (lambda t: t.sum(-4), IndexError)):
+        with pytest.raises(error) as cpu_error:
+            bad(x)
+        with pytest.raises(error) as mtia_error:  # at the call, with CPU's message
+            bad(x.to("mtia"))
+        assert str(cpu_error.value).split("\n")[0] in str(mtia_error.value)

@@ -374,18 +374,26 @@ at::Tensor& addcop_(at::Tensor& self, const at::Tensor& t1, const at::Tensor& t2
   return self;
 }
 
-at::Tensor& lerp_(at::Tensor& self, const at::Tensor& end, const c10::Scalar& weight) {
-  static const c10::OperatorHandle h = handle("aten::lerp_", "Scalar");
-  if (!inplacePlain(self, {&end}) || weight.isComplex()) {
-    boxed(h, {self, end, weight});
+// An in-place op `name_(self, Tensor other, Scalar)` (lerp_, masked_fill_):
+// CPU's in-place kernel over the elements when the call is `plain`, else the
+// boxed path. (h: a handle of static lifetime.)
+at::Tensor& inplaceWithTensorAndNumber(const c10::OperatorHandle& h, const char* name, at::Tensor& self,
+                                       const at::Tensor& other, const c10::Scalar& number, bool plain) {
+  if (!plain) {
+    boxed(h, {self, other, number});
     return self;
   }
-  launchOnCurrentStream(self.device().index(), "aten::lerp_", [s = Operand(self), e = Operand(end), weight] {
-    static const auto op = h.typed<at::Tensor&(at::Tensor&, const at::Tensor&, const c10::Scalar&)>();
+  launchOnCurrentStream(self.device().index(), name, [h = &h, s = Operand(self), o = Operand(other), number] {
     at::Tensor hs = s.host();
-    op.redispatch(kCPUKeys, hs, e.host(), weight);
+    h->typed<at::Tensor&(at::Tensor&, const at::Tensor&, const c10::Scalar&)>().redispatch(kCPUKeys, hs, o.host(),
+                                                                                          number);
   });
   return self;
+}
+
+at::Tensor& lerp_(at::Tensor& self, const at::Tensor& end, const c10::Scalar& weight) {
+  static const c10::OperatorHandle h = handle("aten::lerp_", "Scalar");
+  return inplaceWithTensorAndNumber(h, "aten::lerp_", self, end, weight, inplacePlain(self, {&end}) && !weight.isComplex());
 }
 
 // ------------------------------------------------ negations and where
@@ -431,18 +439,10 @@ at::Tensor where(const at::Tensor& cond, const at::Tensor& a, const at::Tensor& 
 // (not sharing its memory).
 at::Tensor& maskedFill_(at::Tensor& self, const at::Tensor& mask, const c10::Scalar& value) {
   static const c10::OperatorHandle h = handle("aten::masked_fill_", "Scalar");
-  if (!small(self) || !small(mask, Dtypes::kAny) || mask.scalar_type() != at::kBool || mask.device() != self.device() ||
-      !mask.sizes().equals(self.sizes()) || value.isComplex() ||
-      at::get_overlap_status(self, mask) != at::MemOverlapStatus::No) {
-    boxed(h, {self, mask, value});
-    return self;
-  }
-  launchOnCurrentStream(self.device().index(), "aten::masked_fill_", [s = Operand(self), m = Operand(mask), value] {
-    static const auto op = h.typed<at::Tensor&(at::Tensor&, const at::Tensor&, const c10::Scalar&)>();
-    at::Tensor hs = s.host();
-    op.redispatch(kCPUKeys, hs, m.host(), value);
-  });
-  return self;
+  const bool plain = small(self) && small(mask, Dtypes::kAny) && mask.scalar_type() == at::kBool &&
+                     mask.device() == self.device() && mask.sizes().equals(self.sizes()) && !value.isComplex() &&
+                     at::get_overlap_status(self, mask) == at::MemOverlapStatus::No;
+  return inplaceWithTensorAndNumber(h, "aten::masked_fill_", self, mask, value, plain);
 }
 
 // ------------------------------------------------------- small reductions

@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -164,6 +165,18 @@ int withPythonWarningsRecorded(const std::function<void()>& fn);
 // Whether e is a Python KeyboardInterrupt or SystemExit (raised by Python
 // code the op called): never swallowed by a fallback path.
 bool isInterrupt(const std::exception& e);
+
+// ---- per-op properties
+// A property of an op (`key`: its schema's address) that `compute` gives,
+// computed once per op and thread (no lock): for what the fallback asks of an
+// op at every call. Each call site (its own `compute` type) has its own cache.
+template <typename Compute>
+auto perOp(const void* key, Compute compute) -> decltype(compute()) {
+  thread_local std::unordered_map<const void*, decltype(compute())> cache;
+  auto it = cache.find(key);
+  if (it == cache.end()) it = cache.emplace(key, compute()).first;
+  return it->second;
+}
 
 // ---- kernel threads (threads.cpp)
 // Kernels over less work than this run on one thread (see threads.cpp).

@@ -334,18 +334,15 @@ bool takesIndexValues(const c10::OperatorHandle& op, const std::vector<c10::IVal
 // result's shape is the mask's count).
 bool dataDependentCall(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
   // per op, once: the position of its check_errors argument, of aten::index's indices (or -1)
-  thread_local std::unordered_map<const void*, std::pair<int, int>> cache;  // per thread: no lock
   const auto& args = op.schema().arguments();
-  auto it = cache.find(&op.schema());
-  if (it == cache.end()) {
+  const auto [check_errors, indices] = perOp(&op.schema(), [&] {
     std::pair<int, int> where{-1, -1};
     for (size_t i = 0; i < args.size(); ++i) {
       if (args[i].name() == "check_errors") where.first = static_cast<int>(i);
       if (op.schema().name() == "aten::index" && args[i].name() == "indices") where.second = static_cast<int>(i);
     }
-    it = cache.emplace(&op.schema(), where).first;
-  }
-  const auto [check_errors, indices] = it->second;
+    return where;
+  });
   const size_t first = stack.size() - args.size();
   if (check_errors >= 0) {
     const c10::IValue& v = stack[first + check_errors];
@@ -372,20 +369,14 @@ bool hasPythonCpuKernel(const c10::OperatorHandle& op) { return hasPythonKernel(
 // Whether the op's Meta kernel is a Python function (torch._meta_registrations):
 // its warnings go to Python's warnings module, not c10's handler.
 bool hasPythonMetaKernel(const c10::OperatorHandle& op) {
-  thread_local std::unordered_map<const void*, bool> cache;  // per thread: no lock
-  auto it = cache.find(&op.schema());
-  if (it != cache.end()) return it->second;
-  return cache[&op.schema()] = hasPythonKernel(op, "Meta");
+  return perOp(&op.schema(), [&] { return hasPythonKernel(op, "Meta"); });
 }
 
 enum class Mode { kSync, kAsync, kView };
 
-// What an op can do, from its schema (computed once per op).
-Mode modeOf(const c10::OperatorHandle& op) {
-  thread_local std::unordered_map<const void*, Mode> cache;  // per thread: no lock
+// What an op can do, from its schema.
+Mode computeMode(const c10::OperatorHandle& op) {
   const c10::FunctionSchema& schema = op.schema();
-  auto it = cache.find(&schema);
-  if (it != cache.end()) return it->second;
   Mode mode = Mode::kAsync;
   for (const auto& r : schema.returns()) {
     if (!isTensorType(r.type())) mode = Mode::kSync;  // scalar results are read by the host
@@ -396,8 +387,11 @@ Mode modeOf(const c10::OperatorHandle& op) {
   }
   if (isDataDependent(op) || checksValues(schema.operator_name())) mode = Mode::kSync;
   if (hasPythonCpuKernel(op)) mode = Mode::kSync;  // it needs the GIL: it runs on the calling thread
-  cache.emplace(&schema, mode);
   return mode;
+}
+
+Mode modeOf(const c10::OperatorHandle& op) {  // (once per op)
+  return perOp(&op.schema(), [&] { return computeMode(op); });
 }
 
 c10::Storage metaStorage(const c10::Storage& s) {
@@ -435,10 +429,8 @@ std::optional<c10::OperatorHandle> outOverload(const c10::OperatorHandle& op) {
 
 // A structured op's C++ meta function (meta_kernels.h), or nullptr.
 const c10::KernelFunction* cppMetaKernel(const c10::OperatorHandle& op) {
-  thread_local std::unordered_map<const void*, const c10::KernelFunction*> cache;  // per thread: no lock
-  auto it = cache.find(&op.schema());
-  if (it != cache.end()) return it->second;
-  return cache[&op.schema()] = structuredMetaKernel(op.schema().name() + "." + op.schema().overload_name());
+  return perOp(&op.schema(),
+               [&] { return structuredMetaKernel(op.schema().name() + "." + op.schema().overload_name()); });
 }
 
 // The same plan: the same results (inputs or fresh outputs with the same

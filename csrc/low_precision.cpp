@@ -9,7 +9,6 @@
 #include <atomic>
 #include <cstdlib>
 #include <fstream>
-#include <unordered_map>
 
 #include "common.h"
 
@@ -97,11 +96,7 @@ std::string lowPrecisionMode() {
 }
 
 bool float32Call(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
-  // (whether the op is a matrix op, once per op and thread: every fallback call asks)
-  thread_local std::unordered_map<const void*, bool> matrix_op;
-  auto it = matrix_op.find(&op.schema());
-  if (it == matrix_op.end()) it = matrix_op.emplace(&op.schema(), lowPrecisionMatrixOps().count(op.schema().name()) > 0).first;
-  if (!it->second) return false;
+  if (!perOp(&op.schema(), [&] { return lowPrecisionMatrixOps().count(op.schema().name()) > 0; })) return false;
   const size_t nargs = op.schema().arguments().size();
   std::optional<c10::ScalarType> low;
   for (size_t i = stack.size() - nargs; i < stack.size(); ++i) {

@@ -23,7 +23,6 @@
 #include "low_precision.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
-#include <unordered_map>
 
 namespace openmtia {
 namespace {
@@ -66,15 +65,11 @@ int64_t workElements(const std::vector<c10::IValue>& values) {
 }
 
 int64_t kernelWork(const c10::OperatorHandle& op, int64_t elements) {
-  thread_local std::unordered_map<const void*, bool> dense;  // per op: a matrix op?
-  auto it = dense.find(&op.schema());
-  if (it == dense.end()) {
+  const bool matrix = perOp(&op.schema(), [&] {
     const std::string& name = op.schema().name();
-    const bool matrix = lowPrecisionMatrixOps().count(name) > 0 ||
-                        name.rfind("aten::_scaled_dot_product", 0) == 0;
-    it = dense.emplace(&op.schema(), matrix).first;
-  }
-  return it->second ? elements * kDenseWorkScale : elements;
+    return lowPrecisionMatrixOps().count(name) > 0 || name.rfind("aten::_scaled_dot_product", 0) == 0;
+  });
+  return matrix ? elements * kDenseWorkScale : elements;
 }
 
 void useKernelThreads(int64_t work_elements) {

@@ -198,6 +198,16 @@ def lp_gelu(device, dtype):
     return lambda: torch.nn.functional.gelu(x)
 
 
+def lp_gelu_backward(device, dtype):
+    g, x = (torch.randn(1 << 20, device=device, dtype=dtype) for _ in range(2))
+    return lambda: torch.ops.aten.gelu_backward(g, x)
+
+
+def lp_silu(device, dtype):
+    x = torch.randn(1 << 20, device=device, dtype=dtype)
+    return lambda: torch.nn.functional.silu(x)
+
+
 LOW_PRECISION_CASES = [
     # name, factory, low dtypes, inner iterations
     ("mm 256x512 @ 512x512", lp_mm, (torch.bfloat16, torch.float16), 5),
@@ -205,6 +215,8 @@ LOW_PRECISION_CASES = [
     ("conv2d 8x16x32x32, 32 3x3 filters", lp_conv2d, (torch.bfloat16, torch.float16), 5),
     ("MLP train step, autocast", lp_linear_step, (torch.bfloat16, torch.float16), 2),
     ("gelu, 1M elements", lp_gelu, (torch.bfloat16, torch.float16), 5),
+    ("gelu backward, 1M elements", lp_gelu_backward, (torch.bfloat16, torch.float16), 5),
+    ("silu, 1M elements", lp_silu, (torch.bfloat16, torch.float16), 5),
 ]
 LOW_PRECISION_TARGET = 1.1  # mtia low-precision time / mtia float32 time
 
@@ -226,8 +238,10 @@ def alternating(fns, repeats, inner, warmup=2):
 def low_precision_table(repeats, quick):
     import openmtia
     paths = {str(d).replace("torch.", ""): openmtia._C._low_precision_path(d) for d in (torch.bfloat16, torch.float16)}
+    act = {str(d).replace("torch.", ""): openmtia._C._activation_path(d) for d in (torch.bfloat16, torch.float16)}
     print(f"\nbf16/fp16 on mtia against float32 on mtia (target: <= {LOW_PRECISION_TARGET}); "
-          f"matrix-op paths here: {paths} (OPENMTIA_LOW_PRECISION={openmtia._C._low_precision_mode()}); "
+          f"matrix-op paths here: {paths}, activation paths: {act} "
+          f"(OPENMTIA_LOW_PRECISION={openmtia._C._low_precision_mode()}); "
           "last column: mtia over CPU PyTorch in the same dtype\n")
     print(f"| {'case':36} | {'dtype':8} | {'mtia f32':>10} | {'mtia low':>10} | {'ratio':>6} | met | {'cpu low':>10} | vs cpu |")
     print(f"|{'-' * 38}|{'-' * 10}|{'-' * 12}|{'-' * 12}|{'-' * 8}|-----|{'-' * 12}|--------|")

@@ -212,8 +212,8 @@ int64_t prebuiltKernelCount();  // made so far (for tests)
 // ---- the boxed fallback (fallback.cpp), for kernels that take it for the
 // calls they do not handle themselves
 void boxedFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
-// Ops with an unboxed kernel for their common case (pointwise.cpp), as
-// "name.overload" without "aten::".
+// Ops with an unboxed kernel for their common case (pointwise.cpp and
+// low_precision_activations.cpp), as "name.overload" without "aten::".
 const std::unordered_set<std::string>& unboxedOps();
 // ---- what the fallback registers (for `python -m openmtia.ops`)
 extern const char* const kConvolutionOps[3];  // convolution.cpp

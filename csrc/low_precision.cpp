@@ -81,6 +81,20 @@ LowPrecisionPath lowPrecisionPath(c10::ScalarType dtype) {
   return nativeOnThisHost(dtype) ? LowPrecisionPath::kNative : LowPrecisionPath::kFloat32;
 }
 
+LowPrecisionPath activationPath(c10::ScalarType dtype) {
+  if (!isLowPrecision(dtype)) return LowPrecisionPath::kNative;
+  switch (mode().load()) {
+    case Mode::kFloat32:
+      return LowPrecisionPath::kFloat32;
+    case Mode::kNative:
+      return LowPrecisionPath::kNative;
+    case Mode::kAuto:
+      break;
+  }
+  static const bool avx512 = at::get_cpu_capability().rfind("AVX512", 0) == 0;
+  return avx512 || nativeOnThisHost(dtype) ? LowPrecisionPath::kNative : LowPrecisionPath::kFloat32;
+}
+
 void setLowPrecisionMode(const std::string& s) { mode() = parseMode(s); }
 
 std::string lowPrecisionMode() {

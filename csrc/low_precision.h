@@ -39,6 +39,11 @@ enum class LowPrecisionPath { kNative, kFloat32 };
 
 // The path of matrix ops of `dtype` operands (bf16 or fp16; others: kNative).
 LowPrecisionPath lowPrecisionPath(c10::ScalarType dtype);
+// The path of the activations of low_precision_activations.h: kFloat32 (the
+// fused kernel) in mode float32, kNative in mode native; in mode auto
+// kFloat32 where the matrix ops take it and ATen's kernels are below AVX512
+// (ATen's 16-lane kernels are faster there than the fused kernel's 8 lanes).
+LowPrecisionPath activationPath(c10::ScalarType dtype);
 // "auto", "float32" or "native": sets the mode (throws on another value), as
 // OPENMTIA_LOW_PRECISION does at start.
 void setLowPrecisionMode(const std::string& mode);

@@ -47,6 +47,7 @@
 #include <utility>
 
 #include "common.h"
+#include "low_precision_activations.h"
 #include "operand.h"
 
 namespace openmtia {
@@ -177,9 +178,26 @@ constexpr Dtypes unaryDtypes() {
   return n == "abs" || n == "neg" || n == "relu" ? Dtypes::kIntegral : Dtypes::kFloating;
 }
 
+// sigmoid and silu of bf16/fp16 tensors on the float32 path: the fused
+// kernel of low_precision_activations.h, at any size.
+template <size_t I>
+constexpr std::optional<Activation> fusedKind() {
+  constexpr std::string_view n = kUnaryOps[I];
+  if (n == "sigmoid") return Activation::kSigmoid;
+  if (n == "silu") return Activation::kSilu;
+  return std::nullopt;
+}
+
 template <size_t I>
 at::Tensor unary(const at::Tensor& x) {
   const Unary& op = unaryOp(I);
+  constexpr auto fused = fusedKind<I>();
+  if (fused && fusedActivation(x)) {
+    c10::DeviceGuard guard(x.device());
+    at::Tensor out = emptyLike(x);
+    launchActivation(*fused, x, at::Tensor(), out);
+    return out;
+  }
   if (!small(x, unaryDtypes<I>())) return boxed(op.functional, {x});
   c10::DeviceGuard guard(x.device());
   at::Tensor out = emptyLike(x);
@@ -198,6 +216,11 @@ template <size_t I>
 at::Tensor& unaryInplace(at::Tensor& x) {
   static const std::string name = std::string("aten::") + kUnaryOps[I] + "_";
   static const c10::OperatorHandle h = handle(name.c_str(), "");
+  constexpr auto fused = fusedKind<I>();
+  if (fused && fusedActivation(x)) {
+    launchActivation(*fused, x, at::Tensor(), x);
+    return x;
+  }
   if (!small(x, unaryDtypes<I>())) {
     boxed(h, {x});
     return x;
@@ -710,6 +733,7 @@ const std::unordered_set<std::string>& unboxedOps() {
     for (const char* n : {"sum", "amax", "amin", "clamp", "addcmul_", "addcdiv_", "lerp_.Scalar", "bitwise_not",
                           "logical_not", "where.self", "masked_fill_.Scalar", "sum.dim_IntList", "mean.dim"})
       s.insert(n);
+    s.insert(activationOps().begin(), activationOps().end());
     for (const char* n : kCompareOps) {
       s.insert(std::string(n) + ".Tensor");
       s.insert(std::string(n) + ".Scalar");

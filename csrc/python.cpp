@@ -13,6 +13,7 @@
 
 #include "common.h"
 #include "low_precision.h"
+#include "low_precision_activations.h"
 #include "plan_cache.h"
 
 namespace py = pybind11;
@@ -144,6 +145,15 @@ PYBIND11_MODULE(_C, m) {
     return path == openmtia::LowPrecisionPath::kFloat32 ? "float32" : "native";
   });
   m.def("_low_precision_float32_calls", &openmtia::lowPrecisionFloat32Calls);
+  // bf16/fp16 activations through the fused kernel (low_precision_activations.h)
+  m.def("_fused_activation_calls", &openmtia::fusedActivationCalls);
+  m.def("_activation_path", [](py::object dtype) {
+    TORCH_CHECK(THPDtype_Check(dtype.ptr()), "_activation_path: expected a torch.dtype");
+    return openmtia::activationPath(reinterpret_cast<THPDtype*>(dtype.ptr())->scalar_type) ==
+                   openmtia::LowPrecisionPath::kFloat32
+               ? "float32"
+               : "native";
+  });
   m.def("_low_precision_matrix_ops", [] {
     const auto& ops = openmtia::lowPrecisionMatrixOps();
     return std::vector<std::string>(ops.begin(), ops.end());

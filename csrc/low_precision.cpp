@@ -68,7 +68,10 @@ bool isWritten(const c10::Argument& a) { return a.alias_info() && a.alias_info()
 
 }  // namespace
 
-LowPrecisionPath lowPrecisionPath(c10::ScalarType dtype) {
+namespace {
+
+// The path of `dtype` in the current mode; in auto, kNative where `native`.
+LowPrecisionPath pathInMode(c10::ScalarType dtype, bool native) {
   if (!isLowPrecision(dtype)) return LowPrecisionPath::kNative;
   switch (mode().load()) {
     case Mode::kFloat32:
@@ -78,21 +81,15 @@ LowPrecisionPath lowPrecisionPath(c10::ScalarType dtype) {
     case Mode::kAuto:
       break;
   }
-  return nativeOnThisHost(dtype) ? LowPrecisionPath::kNative : LowPrecisionPath::kFloat32;
+  return native ? LowPrecisionPath::kNative : LowPrecisionPath::kFloat32;
 }
 
-LowPrecisionPath activationPath(c10::ScalarType dtype) {
-  if (!isLowPrecision(dtype)) return LowPrecisionPath::kNative;
-  switch (mode().load()) {
-    case Mode::kFloat32:
-      return LowPrecisionPath::kFloat32;
-    case Mode::kNative:
-      return LowPrecisionPath::kNative;
-    case Mode::kAuto:
-      break;
-  }
-  static const bool avx512 = at::get_cpu_capability().rfind("AVX512", 0) == 0;
-  return avx512 || nativeOnThisHost(dtype) ? LowPrecisionPath::kNative : LowPrecisionPath::kFloat32;
+}  // namespace
+
+LowPrecisionPath lowPrecisionPath(c10::ScalarType dtype) { return pathInMode(dtype, nativeOnThisHost(dtype)); }
+
+LowPrecisionPath activationPath(c10::ScalarType dtype, bool onednn) {
+  return pathInMode(dtype, onednn && nativeOnThisHost(dtype));
 }
 
 void setLowPrecisionMode(const std::string& s) { mode() = parseMode(s); }

@@ -39,11 +39,13 @@ enum class LowPrecisionPath { kNative, kFloat32 };
 
 // The path of matrix ops of `dtype` operands (bf16 or fp16; others: kNative).
 LowPrecisionPath lowPrecisionPath(c10::ScalarType dtype);
-// The path of the activations of low_precision_activations.h: kFloat32 (the
-// fused kernel) in mode float32, kNative in mode native; in mode auto
-// kFloat32 where the matrix ops take it and ATen's kernels are below AVX512
-// (ATen's 16-lane kernels are faster there than the fused kernel's 8 lanes).
-LowPrecisionPath activationPath(c10::ScalarType dtype);
+// The path of an activation of `dtype` (low_precision_activations.h):
+// kFloat32 (the fused kernel) in mode float32, kNative in mode native; in
+// mode auto kNative only where CPU's kernel of the dtype is oneDNN's native
+// one (`onednn`: gelu and its backward, erf form, on a host where the dtype
+// is native), which is faster; CPU's other low-precision activations are
+// ATen's loops, slower than the fused kernel on every host measured.
+LowPrecisionPath activationPath(c10::ScalarType dtype, bool onednn);
 // "auto", "float32" or "native": sets the mode (throws on another value), as
 // OPENMTIA_LOW_PRECISION does at start.
 void setLowPrecisionMode(const std::string& mode);

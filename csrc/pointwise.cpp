@@ -192,7 +192,7 @@ template <size_t I>
 at::Tensor unary(const at::Tensor& x) {
   const Unary& op = unaryOp(I);
   constexpr auto fused = fusedKind<I>();
-  if (fused && fusedActivation(x)) {
+  if (fused && fusedActivation(*fused, x)) {
     c10::DeviceGuard guard(x.device());
     at::Tensor out = emptyLike(x);
     launchActivation(*fused, x, at::Tensor(), out);
@@ -217,7 +217,7 @@ at::Tensor& unaryInplace(at::Tensor& x) {
   static const std::string name = std::string("aten::") + kUnaryOps[I] + "_";
   static const c10::OperatorHandle h = handle(name.c_str(), "");
   constexpr auto fused = fusedKind<I>();
-  if (fused && fusedActivation(x)) {
+  if (fused && fusedActivation(*fused, x)) {
     launchActivation(*fused, x, at::Tensor(), x);
     return x;
   }

@@ -147,9 +147,20 @@ PYBIND11_MODULE(_C, m) {
   m.def("_low_precision_float32_calls", &openmtia::lowPrecisionFloat32Calls);
   // bf16/fp16 activations through the fused kernel (low_precision_activations.h)
   m.def("_fused_activation_calls", &openmtia::fusedActivationCalls);
-  m.def("_activation_path", [](py::object dtype) {
+  m.def("_activation_isa", [] {
+    const auto isa = openmtia::activationIsa();
+    return isa == openmtia::ActivationIsa::kAvx512 ? "avx512" : isa == openmtia::ActivationIsa::kAvx2 ? "avx2" : "none";
+  });
+  m.def("_set_activation_isa", [](const std::string& name) {
+    TORCH_CHECK(name == "avx512" || name == "avx2" || name == "none", "_set_activation_isa: avx512, avx2 or none");
+    openmtia::setActivationIsa(name == "avx512" ? openmtia::ActivationIsa::kAvx512
+                               : name == "avx2" ? openmtia::ActivationIsa::kAvx2
+                                                : openmtia::ActivationIsa::kNone);
+  });
+  // (onednn: gelu and its backward, whose native kernel may be oneDNN's)
+  m.def("_activation_path", [](py::object dtype, bool onednn) {
     TORCH_CHECK(THPDtype_Check(dtype.ptr()), "_activation_path: expected a torch.dtype");
-    return openmtia::activationPath(reinterpret_cast<THPDtype*>(dtype.ptr())->scalar_type) ==
+    return openmtia::activationPath(reinterpret_cast<THPDtype*>(dtype.ptr())->scalar_type, onednn) ==
                    openmtia::LowPrecisionPath::kFloat32
                ? "float32"
                : "native";

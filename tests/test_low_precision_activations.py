@@ -14,9 +14,14 @@ import openmtia
 C = openmtia._C
 A = torch.ops.aten
 LOW = [torch.bfloat16, torch.float16]
-MODES = ["float32", "native"]
-# sizes around the 16- and 8-element blocks, and one that runs on every thread
-SIZES = [1, 7, 8, 15, 16, 17, 33, 1000, 300_001]
+# the fused kernel at 8 lanes (AVX2) and 16 (AVX-512, where the host has
+# it), and CPU's kernels
+MODES = ["float32-avx2", "float32-avx512", "native"]
+HOST_AVX512 = all(f in open("/proc/cpuinfo").read().split() for f in ("avx512f", "avx512bw"))
+# sizes around the 32- and 16-element blocks (above the small-op path's
+# 32768), and one that runs on every thread
+GRAIN = 32768
+SIZES = [GRAIN + k for k in (1, 7, 8, 15, 16, 17, 31, 32, 33)] + [300_001]
 
 OPS = {
     "gelu": (lambda g, x: F.gelu(x), False),
@@ -31,9 +36,15 @@ OPS = {
 
 @pytest.fixture(params=MODES)
 def mode(request):
-    before = C._low_precision_mode()
-    C._set_low_precision_mode(request.param)
-    yield request.param
+    mode, _, isa = request.param.partition("-")
+    if isa == "avx512" and not HOST_AVX512:
+        pytest.skip("this host has no AVX-512 F/BW: the 16-lane kernel cannot run here")
+    before, before_isa = C._low_precision_mode(), C._activation_isa()
+    C._set_low_precision_mode(mode)
+    if isa:
+        C._set_activation_isa(isa)
+    yield mode
+    C._set_activation_isa(before_isa)
     C._set_low_precision_mode(before)
 
 
@@ -64,17 +75,17 @@ def test_activation_matches_cpu(op, dtype, n, mode):
     # the fused kernel: CPU's numerics (float32 math, one rounding to the
     # dtype) within the dtype's tolerances, and close to CPU's own kernel of
     # the dtype (which may round twice: fp16 sigmoid_backward); the native
-    # path: CPU's kernel of the dtype (bit for bit where mtia runs it on as
-    # many threads as CPU: ATen's vector and tail loops differ in the last
-    # bit). The first call of a signature and a later one.
+    # path: CPU's kernel of the dtype (not bit for bit: mtia runs it on one
+    # thread below 1M elements, CPU on two, and ATen's vector and scalar-tail
+    # loops differ in the last bit where the ranges split). The first call of
+    # a signature and a later one.
     f, _ = OPS[op]
     for seed in (0, 1):
         g, x = inputs(op, n, dtype, seed)
         mtia = fused_calls(mode, lambda: f(g.to("mtia"), x.to("mtia")))
         assert mtia.device.type == "mtia" and mtia.dtype == dtype and mtia.shape == x.shape
         if mode == "native":
-            exact = n <= 32768
-            torch.testing.assert_close(mtia.cpu(), f(g, x), atol=0 if exact else None, rtol=0 if exact else None)
+            torch.testing.assert_close(mtia.cpu(), f(g, x))
             continue
         torch.testing.assert_close(mtia.cpu(), f(g.float(), x.float()).to(dtype))
         torch.testing.assert_close(mtia.cpu(), f(g, x), atol=1e-5, rtol=2e-3 if dtype == torch.float16 else 1.6e-2)
@@ -88,7 +99,7 @@ def test_nan_inf_and_extremes_as_on_cpu(op, dtype, mode):
     f, _ = OPS[op]
     special = [0.0, -0.0, float("inf"), -float("inf"), float("nan"), 12.0, -12.0, 30.0, -30.0, 1e-3, -1e-3,
                6e4, -6e4, 5.0, -5.0, 0.5]
-    x = torch.tensor(special * 2)  # 32: the 16-element blocks and the tail path
+    x = torch.tensor(special * 2049 + special[:7])  # 32791: the 32- and 16-element blocks and the tail
     g = torch.linspace(-2, 2, x.numel())
     if op == "sigmoid_backward":
         x = torch.sigmoid(x)
@@ -105,7 +116,7 @@ def test_nan_inf_and_extremes_as_on_cpu(op, dtype, mode):
 @pytest.mark.parametrize("dtype", LOW, ids=str)
 def test_in_place_forms(dtype, mode):
     for op, ref in ((A.gelu_, F.gelu), (A.silu_, F.silu), (A.sigmoid_, torch.sigmoid)):
-        x = (torch.randn(1001) * 3).to(dtype)
+        x = (torch.randn(GRAIN + 1001) * 3).to(dtype)
         m = x.to("mtia")
         ptr, version = m.data_ptr(), m._version
         r = fused_calls(mode, lambda: op(m))
@@ -117,24 +128,24 @@ def test_in_place_forms(dtype, mode):
 def test_other_layouts_take_cpus_kernel(dtype, mode):
     # non-contiguous operands, mixed dtypes, float32: the boxed
     # fallback (CPU's kernel), with CPU's results
-    x = (torch.randn(40, 30) * 3).to(dtype)
+    x = (torch.randn(400, 300) * 3).to(dtype)
     cases = [
         (lambda t: F.gelu(t.t()), x),
         (lambda t: torch.sigmoid(t[:, ::2]), x),
-        (lambda t: A.gelu_backward(torch.ones(30, 40, dtype=dtype, device=t.device).t(), t), x),
+        (lambda t: A.gelu_backward(torch.ones(300, 400, dtype=dtype, device=t.device).t(), t), x),
         (lambda t: F.silu(t), x.float()),
     ]
     for f, t in cases:
         mtia = fused_calls(mode, lambda: f(t.to("mtia")), expect=False)
         torch.testing.assert_close(mtia.cpu(), f(t))
-    g = torch.randn(40, 30, dtype=torch.float32)
+    g = torch.randn(400, 300, dtype=torch.float32)
     mtia = fused_calls(mode, lambda: A.gelu_backward(g.to("mtia"), x.to("mtia")), expect=False)
     torch.testing.assert_close(mtia.cpu(), A.gelu_backward(g, x))
 
 
 @pytest.mark.parametrize("dtype", LOW, ids=str)
 def test_argument_errors_raise_at_the_call_as_on_cpu(dtype, mode):
-    x = torch.randn(20).to(dtype)
+    x = torch.randn(GRAIN + 20).to(dtype)
     with pytest.raises(RuntimeError) as cpu:
         F.gelu(x, approximate="fast")
     with pytest.raises(RuntimeError) as mtia:
@@ -154,8 +165,9 @@ def test_training_through_activations_under_autocast(dtype, mode):
     # autocast (the activations run in the dtype), gradients close to CPU's
     torch.manual_seed(3)
     net = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(), torch.nn.Linear(128, 128), torch.nn.SiLU(),
-                              torch.nn.Linear(128, 64), torch.nn.Sigmoid())
-    x = torch.randn(32, 64)
+                              torch.nn.Linear(128, 96), torch.nn.Sigmoid())
+    x = torch.randn(512, 64)  # activations of 49152-65536 elements: the fused kernel's
+    n = C._fused_activation_calls()
     grads = {}
     for device in ("cpu", "mtia"):
         m = torch.nn.Sequential(*[type(l)(*([l.in_features, l.out_features] if isinstance(l, torch.nn.Linear) else []))
@@ -166,23 +178,49 @@ def test_training_through_activations_under_autocast(dtype, mode):
         assert y.dtype == dtype
         y.float().sum().backward()
         grads[device] = [y] + [p.grad for p in m.parameters()]
+    took = C._fused_activation_calls() - n  # gelu, silu, sigmoid and the backward of gelu and sigmoid (and silu's)
+    assert took >= 6 if mode == "float32" else took == 0, took
     for a, b in zip(grads["mtia"], grads["cpu"]):
         torch.testing.assert_close(a.cpu(), b, rtol=3e-2, atol=3e-2)
 
 
-def test_the_path_follows_the_mode_and_atens_capability():
+def test_the_path_and_isa_follow_the_mode_the_host_and_atens_capability():
+    flags = open("/proc/cpuinfo").read().split()
     code = ("import torch, openmtia; C = openmtia._C; "
-            "print(C._activation_path(torch.bfloat16), C._activation_path(torch.float16), "
-            "C._activation_path(torch.float32))")
+            "print(*[C._activation_path(d, o) for d in (torch.bfloat16, torch.float16, torch.float32) "
+            "for o in (True, False)], C._activation_isa())")
     env = dict(os.environ, OPENMTIA_LOW_PRECISION="auto", ATEN_CPU_CAPABILITY="avx2")
     run = lambda: subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                                  check=True).stdout.split()
-    assert run() == ["float32", "float32", "native"]  # ATen below AVX512, no native low precision
+    f, n = "float32", "native"
+    assert run() == [f, f, f, f, n, n, "avx2"]  # like a host without AVX-512: the 8-lane kernel for all
     env["OPENMTIA_LOW_PRECISION"] = "native"
-    assert run() == ["native", "native", "native"]
+    assert run() == [n, n, n, n, n, n, "avx2"]
     env["OPENMTIA_LOW_PRECISION"] = "float32"
     env.pop("ATEN_CPU_CAPABILITY")
-    assert run() == ["float32", "float32", "native"]
-    if torch.backends.cpu.get_cpu_capability().startswith("AVX512"):
-        env["OPENMTIA_LOW_PRECISION"] = "auto"  # ATen's 16-lane kernels: CPU's
-        assert run() == ["native", "native", "native"]
+    isa = "avx512" if HOST_AVX512 and torch.backends.cpu.get_cpu_capability().startswith("AVX512") else "avx2"
+    assert run() == [f, f, f, f, n, n, isa]
+    # auto: CPU's oneDNN gelu where the dtype is native here, the fused kernel else
+    env["OPENMTIA_LOW_PRECISION"] = "auto"
+    avx512 = torch.backends.cpu.get_cpu_capability().startswith("AVX512")
+    bf16 = n if avx512 and ("avx512_bf16" in flags or "amx_bf16" in flags) else f
+    fp16 = n if avx512 and ("avx512_fp16" in flags or "amx_fp16" in flags) else f
+    assert run() == [bf16, f, fp16, f, n, n, isa]
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+def test_a_host_without_the_instructions_keeps_cpus_kernels(dtype):
+    # isa "none": what a host without AVX2/FMA/F16C runs, even in mode float32
+    before, before_isa = C._low_precision_mode(), C._activation_isa()
+    try:
+        C._set_low_precision_mode("float32")
+        C._set_activation_isa("none")
+        x = (torch.randn(GRAIN + 1000) * 3).to(dtype)
+        mtia = fused_calls("native", lambda: F.gelu(x.to("mtia")))
+        torch.testing.assert_close(mtia.cpu(), F.gelu(x))
+        if not HOST_AVX512:
+            with pytest.raises(RuntimeError, match="this host cannot run the AVX-512 activation kernel"):
+                C._set_activation_isa("avx512")
+    finally:
+        C._set_activation_isa(before_isa)
+        C._set_low_precision_mode(before)

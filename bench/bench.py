@@ -238,9 +238,11 @@ def alternating(fns, repeats, inner, warmup=2):
 def low_precision_table(repeats, quick):
     import openmtia
     paths = {str(d).replace("torch.", ""): openmtia._C._low_precision_path(d) for d in (torch.bfloat16, torch.float16)}
-    act = {str(d).replace("torch.", ""): openmtia._C._activation_path(d) for d in (torch.bfloat16, torch.float16)}
+    act = {str(d).replace("torch.", ""): [openmtia._C._activation_path(d, g) for g in (True, False)]
+           for d in (torch.bfloat16, torch.float16)}
     print(f"\nbf16/fp16 on mtia against float32 on mtia (target: <= {LOW_PRECISION_TARGET}); "
-          f"matrix-op paths here: {paths}, activation paths: {act} "
+          f"matrix-op paths here: {paths}, activation paths [gelu, others]: {act} "
+          f"(fused kernel: {openmtia._C._activation_isa()}) "
           f"(OPENMTIA_LOW_PRECISION={openmtia._C._low_precision_mode()}); "
           "last column: mtia over CPU PyTorch in the same dtype\n")
     print(f"| {'case':36} | {'dtype':8} | {'mtia f32':>10} | {'mtia low':>10} | {'ratio':>6} | met | {'cpu low':>10} | vs cpu |")

@@ -1,0 +1,21 @@
+"""bench/bench.py runs (a smoke run: one repeat, quick) and prints every row:
+its figures are measured on an idle machine by hand, but a broken bench
+(an API it calls changed) is a test failure."""
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent.parent / "bench" / "bench.py"
+
+
+def test_cpu_and_low_precision_tables_run(tmp_path):
+    png = tmp_path / "bench.png"
+    r = subprocess.run([sys.executable, str(BENCH), "--tables", "cpu,low-precision", "--quick", "--repeats", "1",
+                        "--png", str(png)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows = [l for l in r.stdout.splitlines() if l.startswith("| ") and not l.startswith("| case")]
+    low = [l for l in rows if "float16" in l or "bfloat16" in l]
+    assert len(low) == 2 * 7, low  # seven cases, bf16 and fp16 each
+    assert any("gelu backward" in l for l in low) and any("silu" in l for l in low)
+    assert len(rows) > len(low)  # and the mtia-vs-CPU rows
+    assert png.stat().st_size > 0

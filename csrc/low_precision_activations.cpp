@@ -149,7 +149,7 @@ bool fusedActivation(Activation kind, const at::Tensor& x, const at::Tensor& gra
 void launchActivation(Activation kind, const at::Tensor& x, const at::Tensor& grad, const at::Tensor& out) {
   static const char* const kNames[] = {"aten::gelu",          "aten::gelu",          "aten::silu",
                                        "aten::sigmoid",       "aten::gelu_backward", "aten::gelu_backward",
-                                       "aten::sigmoid_backward"};
+                                       "aten::sigmoid_backward", "aten::pow"};
   g_calls.fetch_add(1, std::memory_order_relaxed);
   const auto* xp = static_cast<const uint16_t*>(x.data_ptr());
   const auto* gp = grad.defined() ? static_cast<const uint16_t*>(grad.data_ptr()) : nullptr;
@@ -157,8 +157,9 @@ void launchActivation(Activation kind, const at::Tensor& x, const at::Tensor& gr
   const int64_t n = x.numel();
   const bool bf16 = x.scalar_type() == at::kBFloat16;
   launchOnCurrentStream(x.device().index(), kNames[static_cast<int>(kind)], [=] {
-    // transcendental work: an element counts as kDenseWorkScale / 4
-    const int64_t work = n * (kDenseWorkScale / 4);
+    // transcendental work: an element counts as kDenseWorkScale / 4 (a
+    // square's as one: it is memory-bound)
+    const int64_t work = kind == Activation::kSquare ? n : n * (kDenseWorkScale / 4);
     useKernelThreads(work);
     if (work < kParallelWork) return run(kind, bf16, xp, gp, op, n);
     // In parallel through ATen's OpenMP team (at::parallel_for is inline,

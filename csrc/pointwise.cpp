@@ -30,7 +30,9 @@
 // tensors on the operands' memory, so results are CPU's bit for bit; for two float32 or
 // float64 tensors and alpha 1 it runs one IEEE operation per element itself
 // (what CPU's kernel computes: `a + 1 * b` is `a + b` exactly). Every other
-// call goes through the boxed fallback unchanged.
+// call goes through the boxed fallback unchanged, except bf16/fp16 sigmoid,
+// silu and pow(x, 2) of more than GRAIN_SIZE elements where the fused kernel
+// takes them (low_precision_activations.h).
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/EmptyTensor.h>
 #include <ATen/MemoryOverlap.h>
@@ -343,6 +345,15 @@ at::Tensor withScalar(const at::Tensor& a, const c10::Scalar& b) {
   constexpr const BinarySpec& spec = kScalarOps[I];
   static const std::string name = std::string("aten::") + spec.name;
   static const c10::OperatorHandle h = handle(name.c_str(), spec.overload);
+  if constexpr (std::string_view(spec.name) == "pow") {  // x ** 2 of bf16/fp16: the fused kernel
+    const bool two = (b.isIntegral(false) && b.toLong() == 2) || (b.isFloatingPoint() && b.toDouble() == 2.0);
+    if (two && fusedActivation(Activation::kSquare, a)) {
+      c10::DeviceGuard guard(a.device());
+      at::Tensor out = emptyLike(a);
+      launchActivation(Activation::kSquare, a, at::Tensor(), out);
+      return out;
+    }
+  }
   if (!small(a) || b.isComplex()) return boxed(h, {a, b});
   c10::DeviceGuard guard(a.device());
   at::Tensor out = emptyLike(a);

@@ -212,6 +212,12 @@ int64_t prebuiltKernelCount();  // made so far (for tests)
 // ---- the boxed fallback (fallback.cpp), for kernels that take it for the
 // calls they do not handle themselves
 void boxedFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+// The same for an op with one tensor result: `op(args...)` through the
+// boxed fallback.
+at::Tensor boxedFallbackCall(const c10::OperatorHandle& op, std::vector<c10::IValue> args);
+// A contiguous mtia tensor of a's sizes and dtype on the current device
+// (ops.cpp): the result of an unboxed kernel.
+at::Tensor emptyDeviceLike(const at::Tensor& a);
 // Ops with an unboxed kernel for their common case (pointwise.cpp and
 // low_precision_activations.cpp), as "name.overload" without "aten::".
 const std::unordered_set<std::string>& unboxedOps();

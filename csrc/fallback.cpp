@@ -1213,6 +1213,12 @@ void mtiaFallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
 
 void boxedFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack) { mtiaFallback(op, {}, stack); }
 
+at::Tensor boxedFallbackCall(const c10::OperatorHandle& op, std::vector<c10::IValue> args) {
+  torch::jit::Stack stack(std::move(args));
+  boxedFallback(op, &stack);
+  return stack.back().toTensor();
+}
+
 TORCH_LIBRARY_IMPL(_, MTIA, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&mtiaFallback>()); }
 
 // Ops with both a CPU kernel and a CompositeExplicitAutograd kernel would get

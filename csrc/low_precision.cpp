@@ -62,11 +62,11 @@ bool nativeOnThisHost(c10::ScalarType dtype) {
 
 std::atomic<int64_t> g_float32_calls{0};
 
-bool isLowPrecision(c10::ScalarType t) { return t == at::kBFloat16 || t == at::kHalf; }
-
 bool isWritten(const c10::Argument& a) { return a.alias_info() && a.alias_info()->isWrite(); }
 
 }  // namespace
+
+bool isLowPrecision(c10::ScalarType t) { return t == at::kBFloat16 || t == at::kHalf; }
 
 namespace {
 

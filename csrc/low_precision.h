@@ -37,6 +37,9 @@ namespace openmtia {
 
 enum class LowPrecisionPath { kNative, kFloat32 };
 
+// bf16 or fp16.
+bool isLowPrecision(c10::ScalarType t);
+
 // The path of matrix ops of `dtype` operands (bf16 or fp16; others: kNative).
 LowPrecisionPath lowPrecisionPath(c10::ScalarType dtype);
 // The path of an activation of `dtype` (low_precision_activations.h):

@@ -72,13 +72,12 @@ void run(Activation kind, bool bf16, const uint16_t* x, const uint16_t* g, uint1
 std::atomic<int64_t> g_calls{0};
 
 // ------------------------------------------------------- the ATen side
-bool lowPrecision(at::ScalarType t) { return t == at::kBFloat16 || t == at::kHalf; }
 
 // (Tensors of up to GRAIN_SIZE elements are the small-op path's, which runs
 // CPU's kernel, bit for bit: pointwise.cpp. A launch costs them more than
 // the kernel.)
 bool plain(const at::Tensor& t) {
-  return t.defined() && t.device().type() == kMTIA && lowPrecision(t.scalar_type()) &&
+  return t.defined() && t.device().type() == kMTIA && isLowPrecision(t.scalar_type()) &&
          t.numel() > at::internal::GRAIN_SIZE &&
          t.is_contiguous() && !t.is_neg() && !t.is_conj();
 }
@@ -89,35 +88,22 @@ std::optional<Activation> geluKind(c10::string_view approximate, bool backward) 
   return std::nullopt;  // CPU's kernel raises, through the fallback
 }
 
-at::Tensor boxed(const char* name, std::vector<c10::IValue> args) {
-  const auto op = c10::Dispatcher::singleton().findSchemaOrThrow(name, "");
-  torch::jit::Stack stack(std::move(args));
-  boxedFallback(op, &stack);
-  return stack.back().toTensor();
-}
-
-at::Tensor emptyLike(const at::Tensor& a) {
-  return at::detail::empty_generic(a.sizes(), deviceAllocator(), c10::DispatchKeySet(c10::DispatchKey::MTIA),
-                                   a.scalar_type(), std::nullopt);
-}
-
-at::Tensor fused(Activation kind, const at::Tensor& x, const at::Tensor& grad = at::Tensor()) {
-  c10::DeviceGuard guard(x.device());
-  at::Tensor out = emptyLike(x);
-  launchActivation(kind, x, grad, out);
-  return out;
+c10::OperatorHandle handle(const char* name) {
+  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "");
 }
 
 at::Tensor gelu(const at::Tensor& x, c10::string_view approximate) {
   const auto kind = geluKind(approximate, false);
-  if (!kind || !fusedActivation(*kind, x)) return boxed("aten::gelu", {x, std::string(approximate)});
-  return fused(*kind, x);
+  static const c10::OperatorHandle op = handle("aten::gelu");
+  if (!kind || !fusedActivation(*kind, x)) return boxedFallbackCall(op, {x, std::string(approximate)});
+  return fusedActivationResult(*kind, x);
 }
 
 at::Tensor& gelu_(at::Tensor& x, c10::string_view approximate) {
   const auto kind = geluKind(approximate, false);
+  static const c10::OperatorHandle op = handle("aten::gelu_");
   if (!kind || !fusedActivation(*kind, x)) {
-    boxed("aten::gelu_", {x, std::string(approximate)});
+    boxedFallbackCall(op, {x, std::string(approximate)});
     return x;
   }
   launchActivation(*kind, x, at::Tensor(), x);
@@ -126,13 +112,15 @@ at::Tensor& gelu_(at::Tensor& x, c10::string_view approximate) {
 
 at::Tensor geluBackward(const at::Tensor& grad, const at::Tensor& x, c10::string_view approximate) {
   const auto kind = geluKind(approximate, true);
-  if (!kind || !fusedActivation(*kind, x, grad)) return boxed("aten::gelu_backward", {grad, x, std::string(approximate)});
-  return fused(*kind, x, grad);
+  static const c10::OperatorHandle op = handle("aten::gelu_backward");
+  if (!kind || !fusedActivation(*kind, x, grad)) return boxedFallbackCall(op, {grad, x, std::string(approximate)});
+  return fusedActivationResult(*kind, x, grad);
 }
 
 at::Tensor sigmoidBackward(const at::Tensor& grad, const at::Tensor& y) {
-  if (!fusedActivation(Activation::kSigmoidBackward, y, grad)) return boxed("aten::sigmoid_backward", {grad, y});
-  return fused(Activation::kSigmoidBackward, y, grad);
+  static const c10::OperatorHandle op = handle("aten::sigmoid_backward");
+  if (!fusedActivation(Activation::kSigmoidBackward, y, grad)) return boxedFallbackCall(op, {grad, y});
+  return fusedActivationResult(Activation::kSigmoidBackward, y, grad);
 }
 
 }  // namespace
@@ -179,6 +167,13 @@ void launchActivation(Activation kind, const at::Tensor& x, const at::Tensor& gr
         },
         4096);
   });
+}
+
+at::Tensor fusedActivationResult(Activation kind, const at::Tensor& x, const at::Tensor& grad) {
+  c10::DeviceGuard guard(x.device());
+  at::Tensor out = emptyDeviceLike(x);
+  launchActivation(kind, x, grad, out);
+  return out;
 }
 
 int64_t fusedActivationCalls() { return g_calls.load(); }

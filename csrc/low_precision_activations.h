@@ -54,6 +54,9 @@ bool fusedActivation(Activation kind, const at::Tensor& x, const at::Tensor& gra
 // out = kind(x) (or kind(grad, x)); out is x's size and dtype, contiguous,
 // and may be x itself (an in-place op). Call only where fusedActivation().
 void launchActivation(Activation kind, const at::Tensor& x, const at::Tensor& grad, const at::Tensor& out);
+// The same into a fresh contiguous tensor of x's sizes and dtype on x's
+// device, which it returns.
+at::Tensor fusedActivationResult(Activation kind, const at::Tensor& x, const at::Tensor& grad = at::Tensor());
 
 // How many fused activation tasks were launched so far (for tests).
 int64_t fusedActivationCalls();

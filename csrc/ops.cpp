@@ -87,6 +87,10 @@ void growStorage(const c10::Storage& storage, size_t nbytes) {
 
 }  // namespace
 
+at::Tensor emptyDeviceLike(const at::Tensor& a) {
+  return at::detail::empty_generic(a.sizes(), deviceAllocator(), kMTIAKeys, a.scalar_type(), std::nullopt);
+}
+
 void ensureStorageFits(const at::Tensor& t) {
   if (t.numel() == 0 && !t.unsafeGetTensorImpl()->has_storage()) return;
   size_t needed = at::detail::computeStorageNbytes(t.sizes(), t.strides(), t.element_size(), t.storage_offset());

@@ -118,20 +118,8 @@ bool alike(const at::Tensor& a, const at::Tensor& b, Dtypes which = Dtypes::kFlo
          a.sizes().equals(b.sizes());
 }
 
-at::Tensor emptyLike(const at::Tensor& a) {
-  return at::detail::empty_generic(a.sizes(), deviceAllocator(), c10::DispatchKeySet(c10::DispatchKey::MTIA),
-                                   a.scalar_type(), std::nullopt);
-}
-
 c10::OperatorHandle handle(const char* name, const char* overload) {
   return c10::Dispatcher::singleton().findSchemaOrThrow(name, overload);
-}
-
-// The boxed fallback, for calls that are not the plain case.
-at::Tensor boxed(const c10::OperatorHandle& op, std::vector<c10::IValue> args) {
-  torch::jit::Stack stack(std::move(args));
-  boxedFallback(op, &stack);
-  return stack.back().toTensor();
 }
 
 // ------------------------------------------------------------- unary ops
@@ -194,15 +182,10 @@ template <size_t I>
 at::Tensor unary(const at::Tensor& x) {
   const Unary& op = unaryOp(I);
   constexpr auto fused = fusedKind<I>();
-  if (fused && fusedActivation(*fused, x)) {
-    c10::DeviceGuard guard(x.device());
-    at::Tensor out = emptyLike(x);
-    launchActivation(*fused, x, at::Tensor(), out);
-    return out;
-  }
-  if (!small(x, unaryDtypes<I>())) return boxed(op.functional, {x});
+  if (fused && fusedActivation(*fused, x)) return fusedActivationResult(*fused, x);
+  if (!small(x, unaryDtypes<I>())) return boxedFallbackCall(op.functional, {x});
   c10::DeviceGuard guard(x.device());
-  at::Tensor out = emptyLike(x);
+  at::Tensor out = emptyDeviceLike(x);
   constexpr bool relu = std::string_view(kUnaryOps[I]) == "relu";
   launchOnCurrentStream(x.device().index(), op.name.c_str(), [&op, in = Operand(x), res = Operand(out)] {
     at::Tensor hx = in.host(), ho = res.host();
@@ -224,7 +207,7 @@ at::Tensor& unaryInplace(at::Tensor& x) {
     return x;
   }
   if (!small(x, unaryDtypes<I>())) {
-    boxed(h, {x});
+    boxedFallbackCall(h, {x});
     return x;
   }
   constexpr bool relu = std::string_view(kUnaryOps[I]) == "relu";
@@ -283,9 +266,9 @@ at::Tensor binary(const at::Tensor& a, const at::Tensor& b) {
   constexpr const BinarySpec& spec = kBinaryOps[I];
   static const std::string name = std::string("aten::") + spec.name;
   static const c10::OperatorHandle h = handle(name.c_str(), spec.overload);
-  if (!alike(a, b, spec.dtypes)) return boxed(h, {a, b});
+  if (!alike(a, b, spec.dtypes)) return boxedFallbackCall(h, {a, b});
   c10::DeviceGuard guard(a.device());
-  at::Tensor out = emptyLike(a);
+  at::Tensor out = emptyDeviceLike(a);
   launchOnCurrentStream(a.device().index(), name.c_str(), [x = Operand(a), y = Operand(b), res = Operand(out)] {
     static const auto op = handle(name.c_str(), spec.out_overload)
                                .typed<at::Tensor&(const at::Tensor&, const at::Tensor&, at::Tensor&)>();
@@ -304,7 +287,7 @@ template <size_t I>
 at::Tensor compareTensor(const at::Tensor& a, const at::Tensor& b) {
   static const std::string name = std::string("aten::") + kCompareOps[I];
   static const c10::OperatorHandle h = handle(name.c_str(), "Tensor");
-  if (!alike(a, b, Dtypes::kAny)) return boxed(h, {a, b});
+  if (!alike(a, b, Dtypes::kAny)) return boxedFallbackCall(h, {a, b});
   c10::DeviceGuard guard(a.device());
   at::Tensor out = emptyBool(a);
   launchOnCurrentStream(a.device().index(), name.c_str(), [x = Operand(a), y = Operand(b), res = Operand(out)] {
@@ -320,7 +303,7 @@ template <size_t I>
 at::Tensor compareScalar(const at::Tensor& a, const c10::Scalar& b) {
   static const std::string name = std::string("aten::") + kCompareOps[I];
   static const c10::OperatorHandle h = handle(name.c_str(), "Scalar");
-  if (!small(a, Dtypes::kAny) || b.isComplex()) return boxed(h, {a, b});
+  if (!small(a, Dtypes::kAny) || b.isComplex()) return boxedFallbackCall(h, {a, b});
   c10::DeviceGuard guard(a.device());
   at::Tensor out = emptyBool(a);
   launchOnCurrentStream(a.device().index(), name.c_str(), [x = Operand(a), b, res = Operand(out)] {
@@ -347,16 +330,11 @@ at::Tensor withScalar(const at::Tensor& a, const c10::Scalar& b) {
   static const c10::OperatorHandle h = handle(name.c_str(), spec.overload);
   if constexpr (std::string_view(spec.name) == "pow") {  // x ** 2 of bf16/fp16: the fused kernel
     const bool two = (b.isIntegral(false) && b.toLong() == 2) || (b.isFloatingPoint() && b.toDouble() == 2.0);
-    if (two && fusedActivation(Activation::kSquare, a)) {
-      c10::DeviceGuard guard(a.device());
-      at::Tensor out = emptyLike(a);
-      launchActivation(Activation::kSquare, a, at::Tensor(), out);
-      return out;
-    }
+    if (two && fusedActivation(Activation::kSquare, a)) return fusedActivationResult(Activation::kSquare, a);
   }
-  if (!small(a) || b.isComplex()) return boxed(h, {a, b});
+  if (!small(a) || b.isComplex()) return boxedFallbackCall(h, {a, b});
   c10::DeviceGuard guard(a.device());
-  at::Tensor out = emptyLike(a);
+  at::Tensor out = emptyDeviceLike(a);
   launchOnCurrentStream(a.device().index(), name.c_str(), [x = Operand(a), b, res = Operand(out)] {
     static const auto op = handle(name.c_str(), spec.out_overload)
                                .typed<at::Tensor&(const at::Tensor&, const c10::Scalar&, at::Tensor&)>();
@@ -369,9 +347,10 @@ at::Tensor withScalar(const at::Tensor& a, const c10::Scalar& b) {
 at::Tensor clamp(const at::Tensor& a, const std::optional<c10::Scalar>& lo, const std::optional<c10::Scalar>& hi) {
   static const c10::OperatorHandle h = handle("aten::clamp", "");
   // (neither bound: CPU's argument error, at the call, from the fallback)
-  if (!small(a) || (!lo && !hi) || (lo && lo->isComplex()) || (hi && hi->isComplex())) return boxed(h, {a, lo, hi});
+  if (!small(a) || (!lo && !hi) || (lo && lo->isComplex()) || (hi && hi->isComplex()))
+    return boxedFallbackCall(h, {a, lo, hi});
   c10::DeviceGuard guard(a.device());
-  at::Tensor out = emptyLike(a);
+  at::Tensor out = emptyDeviceLike(a);
   launchOnCurrentStream(a.device().index(), "aten::clamp", [x = Operand(a), lo, hi, res = Operand(out)] {
     static const auto op = handle("aten::clamp", "out")
                                .typed<at::Tensor&(const at::Tensor&, const std::optional<c10::Scalar>&,
@@ -396,7 +375,7 @@ at::Tensor& addcop_(at::Tensor& self, const at::Tensor& t1, const at::Tensor& t2
   static constexpr const char* name = kDiv ? "aten::addcdiv_" : "aten::addcmul_";
   static const c10::OperatorHandle h = handle(name, "");
   if (!inplacePlain(self, {&t1, &t2}) || value.isComplex()) {
-    boxed(h, {self, t1, t2, value});
+    boxedFallbackCall(h, {self, t1, t2, value});
     return self;
   }
   launchOnCurrentStream(self.device().index(), name, [s = Operand(self), a = Operand(t1), b = Operand(t2), value] {
@@ -414,7 +393,7 @@ at::Tensor& addcop_(at::Tensor& self, const at::Tensor& t1, const at::Tensor& t2
 at::Tensor& inplaceWithTensorAndNumber(const c10::OperatorHandle& h, const char* name, at::Tensor& self,
                                        const at::Tensor& other, const c10::Scalar& number, bool plain) {
   if (!plain) {
-    boxed(h, {self, other, number});
+    boxedFallbackCall(h, {self, other, number});
     return self;
   }
   launchOnCurrentStream(self.device().index(), name, [h = &h, s = Operand(self), o = Operand(other), number] {
@@ -438,9 +417,9 @@ template <bool kNot>
 at::Tensor negation(const at::Tensor& a) {
   static constexpr const char* name = kNot ? "aten::bitwise_not" : "aten::logical_not";
   static const c10::OperatorHandle h = handle(name, "");
-  if (!small(a, kNot ? Dtypes::kLogical : Dtypes::kAny)) return boxed(h, {a});
+  if (!small(a, kNot ? Dtypes::kLogical : Dtypes::kAny)) return boxedFallbackCall(h, {a});
   c10::DeviceGuard guard(a.device());
-  at::Tensor out = kNot ? emptyLike(a) : emptyBool(a);
+  at::Tensor out = kNot ? emptyDeviceLike(a) : emptyBool(a);
   launchOnCurrentStream(a.device().index(), name, [x = Operand(a), res = Operand(out)] {
     static const auto op = handle(name, "out").typed<at::Tensor&(const at::Tensor&, at::Tensor&)>();
     at::Tensor o = res.host();
@@ -455,9 +434,9 @@ at::Tensor where(const at::Tensor& cond, const at::Tensor& a, const at::Tensor& 
   static const c10::OperatorHandle h = handle("aten::where", "self");
   if (!small(cond, Dtypes::kAny) || cond.scalar_type() != at::kBool || !alike(a, b, Dtypes::kAny) ||
       cond.device() != a.device() || !cond.sizes().equals(a.sizes()))
-    return boxed(h, {cond, a, b});
+    return boxedFallbackCall(h, {cond, a, b});
   c10::DeviceGuard guard(a.device());
-  at::Tensor out = emptyLike(a);
+  at::Tensor out = emptyDeviceLike(a);
   launchOnCurrentStream(a.device().index(), "aten::where",
                         [c = Operand(cond), x = Operand(a), y = Operand(b), res = Operand(out)] {
                           static const auto op = handle("aten::where", "self_out")
@@ -490,7 +469,8 @@ at::Tensor reduceAll(const c10::OperatorHandle& h, const char* name, const at::T
                      std::vector<c10::IValue> boxed_args, bool plain) {
   // (sum: of integers only int64, whose sum keeps the dtype)
   const bool integral = !kSum || x.scalar_type() == at::kLong;
-  if (!plain || !small(x, integral ? Dtypes::kIntegral : Dtypes::kFloating)) return boxed(h, std::move(boxed_args));
+  if (!plain || !small(x, integral ? Dtypes::kIntegral : Dtypes::kFloating))
+    return boxedFallbackCall(h, std::move(boxed_args));
   c10::DeviceGuard guard(x.device());
   at::Tensor out = at::detail::empty_generic({}, deviceAllocator(), c10::DispatchKeySet(c10::DispatchKey::MTIA),
                                              x.scalar_type(), std::nullopt);
@@ -550,7 +530,7 @@ at::Tensor reduceDims(const at::Tensor& x, at::OptionalIntArrayRef dim, bool kee
   } else {
     std::fill(reduced.begin(), reduced.end(), true);  // dim None: all of them
   }
-  if (!plain) return boxed(h, {x, dim, keepdim, dtype});
+  if (!plain) return boxedFallbackCall(h, {x, dim, keepdim, dtype});
   std::vector<int64_t> out_sizes;
   for (int64_t d = 0; d < ndim; ++d) {
     if (!reduced[d]) out_sizes.push_back(x.size(d));
@@ -677,11 +657,11 @@ struct Binary {
 
   static at::Tensor call(const at::Tensor& a, const at::Tensor& b, const c10::Scalar& alpha) {
     if (!plain(a, b, alpha)) {
-      if constexpr (kAlpha) return boxed(functional(), {a, b, alpha});
-      else return boxed(functional(), {a, b});
+      if constexpr (kAlpha) return boxedFallbackCall(functional(), {a, b, alpha});
+      else return boxedFallbackCall(functional(), {a, b});
     }
     c10::DeviceGuard guard(a.device());
-    at::Tensor out = emptyLike(a);
+    at::Tensor out = emptyDeviceLike(a);
     if (isOne(alpha) && ownLoop(a, b)) {
       launchLoop<op>(a, b, out, name());
     } else {
@@ -696,8 +676,8 @@ struct Binary {
     // operands that partly overlap raise (CPU's check, at the call): boxed
     if (!plain(self, other, alpha) ||
         (!number(other) && at::get_overlap_status(self, other) == at::MemOverlapStatus::Partial)) {
-      if constexpr (kAlpha) boxed(inplace(), {self, other, alpha});
-      else boxed(inplace(), {self, other});
+      if constexpr (kAlpha) boxedFallbackCall(inplace(), {self, other, alpha});
+      else boxedFallbackCall(inplace(), {self, other});
       return self;
     }
     c10::DeviceGuard guard(self.device());

@@ -61,7 +61,10 @@ std::string lowPrecisionMode();
 bool float32Call(const c10::OperatorHandle& op, const torch::jit::Stack& stack);
 // Runs the CPU kernel over the host tensors on `stack`: the op itself, or
 // with float32 the op over float32 copies of the bf16/fp16 tensors, then each
-// written argument and each fresh result rounded once to their dtype. (In
+// written argument and each fresh result rounded once to their dtype; in a
+// task, bmm and baddbmm with entries enough for every thread run chunked
+// (each thread converts, multiplies and rounds a few entries at a time, in
+// its cache; low_precision.cpp). (In
 // the fallback's tasks and synchronous calls, so one task does it all.)
 // In a task, `work` is the kernel's (useKernelThreads): each conversion then
 // runs with the threads its own size calls for, not the kernel's (a parallel
@@ -78,6 +81,9 @@ void callCpuKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, bool
 std::vector<at::Tensor> float32Scratch(const std::vector<at::Tensor>& tensors);
 // How many calls took the float32 path so far (for tests).
 int64_t lowPrecisionFloat32Calls();
+// How many of those ran chunked (bmm, baddbmm: entries in float32 a few at a
+// time on each thread; see low_precision.cpp), for tests.
+int64_t lowPrecisionChunkedCalls();
 // The matrix ops, "aten::name" (every overload).
 const std::unordered_set<std::string>& lowPrecisionMatrixOps();
 

@@ -71,6 +71,34 @@ void run(Activation kind, bool bf16, const uint16_t* x, const uint16_t* g, uint1
 
 std::atomic<int64_t> g_calls{0};
 
+}  // namespace
+
+bool convertLowPrecision(const at::Tensor& dst, const at::Tensor& src) {
+  const ActivationIsa i = isa().load(std::memory_order_relaxed);
+  if (i == ActivationIsa::kNone || dst.numel() != src.numel() || !dst.is_contiguous() || !src.is_contiguous())
+    return false;
+  const int64_t n = src.numel();
+  if (dst.scalar_type() == at::kFloat && isLowPrecision(src.scalar_type())) {
+    const bool bf16 = src.scalar_type() == at::kBFloat16;
+    const auto* x = static_cast<const uint16_t*>(src.data_ptr());
+    auto* out = static_cast<float*>(dst.data_ptr());
+    if (i == ActivationIsa::kAvx512) avx512::widen(bf16, x, out, n);
+    else avx2::widen(bf16, x, out, n);
+    return true;
+  }
+  if (src.scalar_type() == at::kFloat && isLowPrecision(dst.scalar_type())) {
+    const bool bf16 = dst.scalar_type() == at::kBFloat16;
+    const auto* x = static_cast<const float*>(src.data_ptr());
+    auto* out = static_cast<uint16_t*>(dst.data_ptr());
+    if (i == ActivationIsa::kAvx512) avx512::narrow(bf16, x, out, n);
+    else avx2::narrow(bf16, x, out, n);
+    return true;
+  }
+  return false;
+}
+
+namespace {
+
 // ------------------------------------------------------- the ATen side
 
 // (Tensors of up to GRAIN_SIZE elements are the small-op path's, which runs

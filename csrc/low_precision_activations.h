@@ -75,4 +75,12 @@ void setActivationIsa(ActivationIsa isa);  // raises if the host cannot run it
 // as on CUDA, autograd runs its composite, whose sigmoid is fused.)
 const std::unordered_set<std::string>& activationOps();
 
+// dst = src for a contiguous bf16/fp16 `src` and float32 `dst` (widened
+// exactly) or the reverse (rounded to nearest even), on the calling thread
+// with the fused kernel's instructions; false (nothing done) for other
+// dtypes or layouts, or ISA kNone: the caller copies. (The float32 path's
+// conversions of operands in cache: ATen's copy_ costs a few microseconds of
+// set-up a call, and its loops are slower there.)
+bool convertLowPrecision(const at::Tensor& dst, const at::Tensor& src);
+
 }  // namespace openmtia

@@ -145,6 +145,7 @@ PYBIND11_MODULE(_C, m) {
     return path == openmtia::LowPrecisionPath::kFloat32 ? "float32" : "native";
   });
   m.def("_low_precision_float32_calls", &openmtia::lowPrecisionFloat32Calls);
+  m.def("_low_precision_chunked_calls", &openmtia::lowPrecisionChunkedCalls);
   // bf16/fp16 activations through the fused kernel (low_precision_activations.h)
   m.def("_fused_activation_calls", &openmtia::fusedActivationCalls);
   m.def("_activation_isa", [] {

@@ -260,3 +260,108 @@ def test_queued_calls_share_their_float32_scratch_and_stay_correct(dtype):
             close(out, torch.mm(a_cpu * (i + 1), b_cpu))
     finally:
         C._set_low_precision_mode(before)
+
+
+# bmm and baddbmm in float32 run chunked (entries converted, multiplied and
+# rounded a few at a time on each thread) where the entries share evenly
+# among the threads; shapes that take each branch: one parallel region, several
+# sub-chunks per thread, entries larger than a thread's buffer, broadcast and
+# ignored (beta=0) self, strided operands and outputs, in place, an odd batch
+# (the whole-tensor path). kParallelWork and kDenseWorkScale of threads.cpp:
+# a call below 2**20 / 16 operand elements runs on one thread.
+def nan_self(*shape, dtype):
+    return torch.full(shape, float("nan"), dtype=dtype)
+
+
+CHUNKED = {
+    "bmm": lambda d, t: torch.bmm(t(32, 48, 40, dtype=d), t(32, 40, 32, dtype=d)),
+    "bmm_serial": lambda d, t: torch.bmm(t(5, 7, 13, dtype=d), t(5, 13, 6, dtype=d)),
+    "bmm_sub_chunks": lambda d, t: torch.bmm(t(8, 256, 128, dtype=d), t(8, 128, 256, dtype=d)),
+    "bmm_large_entries": lambda d, t: torch.bmm(t(2, 512, 256, dtype=d), t(2, 256, 512, dtype=d)),
+    "bmm_odd_batch": lambda d, t: torch.bmm(t(3, 256, 128, dtype=d), t(3, 128, 256, dtype=d)),
+    "bmm_strided": lambda d, t: torch.bmm(t(32, 40, 48, dtype=d).transpose(1, 2),
+                                          t(40, 32, 32, dtype=d).permute(1, 0, 2)),
+    "baddbmm": lambda d, t: torch.baddbmm(t(32, 48, 32, dtype=d), t(32, 48, 40, dtype=d), t(32, 40, 32, dtype=d),
+                                          beta=0.5, alpha=1.5),
+    "baddbmm_broadcast_self": lambda d, t: torch.baddbmm(t(48, 32, dtype=d), t(32, 48, 40, dtype=d),
+                                                         t(32, 40, 32, dtype=d), beta=2.0),
+    "baddbmm_self_batch_1": lambda d, t: torch.baddbmm(t(1, 48, 32, dtype=d), t(32, 48, 40, dtype=d),
+                                                       t(32, 40, 32, dtype=d), alpha=-1),
+    "baddbmm_beta_0_ignores_nan": lambda d, t: torch.baddbmm(t(32, 48, 32, dtype=d, make=nan_self),
+                                                             t(32, 48, 40, dtype=d), t(32, 40, 32, dtype=d), beta=0),
+    "baddbmm_in_place": lambda d, t: t(32, 48, 32, dtype=d).baddbmm_(t(32, 48, 40, dtype=d), t(32, 40, 32, dtype=d),
+                                                                     beta=0.25),
+    "bmm_out_strided": lambda d, t: torch.bmm(t(32, 48, 40, dtype=d), t(32, 40, 32, dtype=d),
+                                              out=t(32, 32, 48, dtype=d).transpose(1, 2)),
+    "baddbmm_out": lambda d, t: torch.baddbmm(t(32, 48, 32, dtype=d), t(32, 48, 40, dtype=d), t(32, 40, 32, dtype=d),
+                                              out=t(32, 48, 32, dtype=d)),
+}
+
+
+def chunks(n, operand_elements):
+    """Whether low_precision.cpp's rule runs a call of n entries chunked."""
+    threads = torch.get_num_threads() if operand_elements * 16 >= 1 << 20 else 1
+    return n % threads == 0 or n >= 4 * threads
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+@pytest.mark.parametrize("case", sorted(CHUNKED))
+def test_batched_matrix_ops_chunked_match_cpu(case, dtype, mode):
+    torch.manual_seed(3)
+    made = []
+
+    def t(*shape, dtype, make=positive):
+        x = make(*shape, dtype=dtype)
+        made.append(x.clone())  # (the in-place case writes x)
+        return x
+
+    cpu = CHUNKED[case](dtype, t)
+    operands = made[:]
+    if "nan" in case:
+        assert cpu.isfinite().all()  # CPU ignores self at beta=0
+    for call in range(2):  # the signature's first call (synchronous), then a task
+        before = C._low_precision_chunked_calls()
+        it = iter([x.to("mtia") for x in operands])
+        mtia = calls(mode, lambda: CHUNKED[case](dtype, lambda *s, dtype, make=None: next(it)))
+        close(mtia, cpu)
+        took = C._low_precision_chunked_calls() - before
+        n = operands[-1].shape[0] if operands[-1].dim() == 3 else operands[1].shape[0]
+        expected = mode == "float32" and chunks(n, sum(x.numel() for x in operands))
+        # (a first call runs synchronously, on the whole tensors, where the
+        # signature is new to the plan cache: earlier tests may have seen it)
+        assert took == (1 if expected else 0) or (call == 0 and took == 0), (took, expected)
+
+
+HOST_AVX512 = all(f in open("/proc/cpuinfo").read().split() for f in ("avx512f", "avx512bw"))
+
+
+@pytest.mark.parametrize("isa", ["avx2"] + (["avx512"] if HOST_AVX512 else []) + ["none"])
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+def test_chunked_conversions_keep_specials_and_tails(dtype, isa):
+    """The chunked path converts with the fused kernel's loops (ISA avx2 or
+    avx512; none: ATen's copy): NaN, inf, overflow to inf, signed zeros and
+    entries whose element counts are not a multiple of the vector width."""
+    before, before_isa = C._low_precision_mode(), C._activation_isa()
+    C._set_low_precision_mode("float32")
+    C._set_activation_isa(isa)
+    try:
+        torch.manual_seed(4)
+        for shape_a, shape_b in (((33, 7, 13), (33, 13, 5)), ((62, 33, 17), (62, 17, 31))):
+            a, b = positive(*shape_a, dtype=dtype), positive(*shape_b, dtype=dtype)
+            a[0, 1, 2], a[3, 0, 0], b[5, 2, 1] = float("nan"), float("inf"), float("-inf")
+            b[7, 0, 0] = torch.finfo(dtype).max  # overflows to inf in the result
+            a[9].zero_()
+            b[9].neg_()  # -0.0 sums in entry 9: CPU gives +0 or -0, compared below
+            cpu = torch.bmm(a, b)
+            for _ in range(2):
+                n = C._low_precision_chunked_calls()
+                mtia = torch.bmm(a.to("mtia"), b.to("mtia"))
+                torch.mtia.synchronize()
+                got = mtia.cpu()
+                torch.testing.assert_close(got, cpu, equal_nan=True)
+                assert torch.equal(got.isnan(), cpu.isnan()) and torch.equal(got.isinf(), cpu.isinf())
+                assert torch.equal(got[9].signbit(), cpu[9].signbit())
+            assert C._low_precision_chunked_calls() - n == 1
+    finally:
+        C._set_activation_isa(before_isa)
+        C._set_low_precision_mode(before)

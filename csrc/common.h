@@ -180,7 +180,7 @@ auto perOp(const void* key, Compute compute) -> decltype(compute()) {
 
 // ---- kernel threads (threads.cpp)
 // Kernels over less work than this run on one thread (see threads.cpp).
-constexpr int64_t kParallelWork = int64_t{1} << 20;
+constexpr int64_t kParallelWork = int64_t{1} << 21;
 // A matrix op's elements count this many times (its work grows faster).
 constexpr int64_t kDenseWorkScale = 16;
 // The elements of the tensors (and tensor lists) among `values`.

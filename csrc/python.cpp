@@ -146,6 +146,10 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("_low_precision_float32_calls", &openmtia::lowPrecisionFloat32Calls);
   m.def("_low_precision_chunked_calls", &openmtia::lowPrecisionChunkedCalls);
+  // a kernel's work from which it runs on every thread, and a matrix op's
+  // weight per element (threads.cpp), for tests
+  m.def("_parallel_work", [] { return openmtia::kParallelWork; });
+  m.def("_dense_work_scale", [] { return openmtia::kDenseWorkScale; });
   // bf16/fp16 activations through the fused kernel (low_precision_activations.h)
   m.def("_fused_activation_calls", &openmtia::fusedActivationCalls);
   m.def("_activation_isa", [] {

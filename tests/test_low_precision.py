@@ -267,8 +267,8 @@ def test_queued_calls_share_their_float32_scratch_and_stay_correct(dtype):
 # among the threads; shapes that take each branch: one parallel region, several
 # sub-chunks per thread, entries larger than a thread's buffer, broadcast and
 # ignored (beta=0) self, strided operands and outputs, in place, an odd batch
-# (the whole-tensor path). kParallelWork and kDenseWorkScale of threads.cpp:
-# a call below 2**20 / 16 operand elements runs on one thread.
+# (the whole-tensor path). A call below kParallelWork / kDenseWorkScale
+# operand elements (threads.cpp) runs on one thread.
 def nan_self(*shape, dtype):
     return torch.full(shape, float("nan"), dtype=dtype)
 
@@ -300,7 +300,8 @@ CHUNKED = {
 
 def chunks(n, operand_elements):
     """Whether low_precision.cpp's rule runs a call of n entries chunked."""
-    threads = torch.get_num_threads() if operand_elements * 16 >= 1 << 20 else 1
+    work = operand_elements * C._dense_work_scale()
+    threads = torch.get_num_threads() if work >= C._parallel_work() else 1
     return n % threads == 0 or n >= 4 * threads
 
 
@@ -346,13 +347,15 @@ def test_chunked_conversions_keep_specials_and_tails(dtype, isa):
     C._set_activation_isa(isa)
     try:
         torch.manual_seed(4)
-        for shape_a, shape_b in (((33, 7, 13), (33, 13, 5)), ((62, 33, 17), (62, 17, 31))):
+        for shape_a, shape_b in (((33, 7, 13), (33, 13, 5)), ((66, 33, 17), (66, 17, 31))):
             a, b = positive(*shape_a, dtype=dtype), positive(*shape_b, dtype=dtype)
             a[0, 1, 2], a[3, 0, 0], b[5, 2, 1] = float("nan"), float("inf"), float("-inf")
             b[7, 0, 0] = torch.finfo(dtype).max  # overflows to inf in the result
             a[9].zero_()
             b[9].neg_()  # -0.0 sums in entry 9: CPU gives +0 or -0, compared below
             cpu = torch.bmm(a, b)
+            work = (a.numel() + b.numel() + cpu.numel()) * C._dense_work_scale()
+            assert (work >= C._parallel_work()) == (shape_a[0] == 66)  # one call on one thread, one on all
             for _ in range(2):
                 n = C._low_precision_chunked_calls()
                 mtia = torch.bmm(a.to("mtia"), b.to("mtia"))

@@ -19,9 +19,10 @@ LOW = [torch.bfloat16, torch.float16]
 HOST_AVX512 = all(f in open("/proc/cpuinfo").read().split() for f in ("avx512f", "avx512bw"))
 MODES = ["float32-avx2"] + (["float32-avx512"] if HOST_AVX512 else []) + ["native"]
 # sizes around the 32- and 16-element blocks (above the small-op path's
-# 32768), and one that runs on every thread
+# 32768), and one that runs on every thread (a transcendental element counts
+# as a quarter of a matrix op's: low_precision_activations.cpp)
 GRAIN = 32768
-SIZES = [GRAIN + k for k in (1, 7, 8, 15, 16, 17, 31, 32, 33)] + [300_001]
+SIZES = [GRAIN + k for k in (1, 7, 8, 15, 16, 17, 31, 32, 33)] + [C._parallel_work() * 4 // C._dense_work_scale() + 1]
 
 OPS = {
     "gelu": (lambda g, x: F.gelu(x), False),

@@ -192,6 +192,12 @@ int64_t kernelWork(const c10::OperatorHandle& op, int64_t elements);
 // kParallelWork, all of them otherwise. Every kernel task calls it first.
 // (Elements count as work, except where kernelWork() says more.)
 void useKernelThreads(int64_t work_elements);
+// Splits [0, n) into one contiguous range per thread of ATen's team (as
+// many as the calling thread's parallel regions use, at most n) and runs
+// f(begin, end) on each, in one parallel region (one call on the calling
+// thread if that is one thread). Inside, ATen's kernels run on the thread
+// that calls them.
+void forEachThread(int64_t n, const std::function<void(int64_t, int64_t)>& f);
 
 // ---- prebuilt kernels for graph replays (prebuilt.cpp)
 // A kernel whose set-up was done once: run() executes the CPU loop.

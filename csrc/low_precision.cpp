@@ -7,7 +7,6 @@
 #include <ATen/Functions.h>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/Parallel.h>
-#include <ATen/TensorIterator.h>
 #include <ATen/Version.h>
 #include <algorithm>
 
@@ -16,7 +15,7 @@
 #include <fstream>
 
 #include "common.h"
-#include "low_precision_activations.h"
+#include "low_precision_kernels.h"
 
 namespace openmtia {
 namespace {
@@ -256,23 +255,7 @@ void runBatched(const BatchedCall& c, int64_t work) {
   g_batched_calls.fetch_add(1, std::memory_order_relaxed);
   const int64_t n = c.a.size(0);
   if (work < kParallelWork) return runEntries(c, 0, n);
-  // ATen's team through a TensorIterator's for_each (at::parallel_for is
-  // inline, and this file is not built with OpenMP) over the entries'
-  // indices: one contiguous range per thread; inside the region ATen's
-  // kernels (and MKL's) run on the calling thread.
-  at::Tensor index = at::arange(n, at::kLong);
-  at::TensorIterator iter = at::TensorIteratorConfig()
-                                .add_output(index)
-                                .resize_outputs(false)
-                                .set_check_mem_overlap(false)
-                                .check_all_same_dtype(false)
-                                .build();
-  iter.for_each(
-      [&](char** data, const int64_t*, int64_t size) {
-        const int64_t begin = *reinterpret_cast<const int64_t*>(data[0]);
-        runEntries(c, begin, begin + size);
-      },
-      1);
+  forEachThread(n, [&](int64_t begin, int64_t end) { runEntries(c, begin, end); });
 }
 
 }  // namespace

@@ -8,8 +8,6 @@
 #include <ATen/ops/from_blob.h>
 #include <torch/library.h>
 
-#include <immintrin.h>
-
 #include <atomic>
 #include <cstring>
 #include <string>
@@ -21,94 +19,9 @@
 namespace openmtia {
 namespace {
 
-// ------------------------------------------- the loop, once per ISA
-// (low_precision_activations_kernel.inc: the same source at 8 and 16 lanes)
-namespace avx2 {
-#pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c")
-#define OMTIA_LANES 8
-#include "low_precision_activations_kernel.inc"
-#undef OMTIA_LANES
-#pragma GCC pop_options
-}  // namespace avx2
-
-namespace avx512 {
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx2,fma,f16c")
-#define OMTIA_LANES 16
-#include "low_precision_activations_kernel.inc"
-#undef OMTIA_LANES
-#pragma GCC pop_options
-}  // namespace avx512
-
-// What the host can run: AVX-512 F and BW, else AVX2 + FMA + F16C, else
-// neither (CPU's kernels then).
-ActivationIsa hostIsa() {
-  static const ActivationIsa isa = [] {
-    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") || !__builtin_cpu_supports("f16c"))
-      return ActivationIsa::kNone;
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")) return ActivationIsa::kAvx512;
-    return ActivationIsa::kAvx2;
-  }();
-  return isa;
-}
-
-// The loop's ISA: 16 lanes where the host has them and ATen's own kernels
-// use AVX-512 (ATEN_CPU_CAPABILITY=avx2 makes a host like an AVX2 one).
-std::atomic<ActivationIsa>& isa() {
-  static std::atomic<ActivationIsa> i{[] {
-    const bool aten512 = at::get_cpu_capability().rfind("AVX512", 0) == 0;
-    if (hostIsa() == ActivationIsa::kAvx512 && !aten512) return ActivationIsa::kAvx2;
-    return hostIsa();
-  }()};
-  return i;
-}
-
-void run(Activation kind, bool bf16, const uint16_t* x, const uint16_t* g, uint16_t* out, int64_t n) {
-  if (isa().load(std::memory_order_relaxed) == ActivationIsa::kAvx512) avx512::run(kind, bf16, x, g, out, n);
-  else avx2::run(kind, bf16, x, g, out, n);
-}
-
 std::atomic<int64_t> g_calls{0};
 
-}  // namespace
-
-bool convertLowPrecision(const at::Tensor& dst, const at::Tensor& src) {
-  const ActivationIsa i = isa().load(std::memory_order_relaxed);
-  if (i == ActivationIsa::kNone || dst.numel() != src.numel() || !dst.is_contiguous() || !src.is_contiguous())
-    return false;
-  const int64_t n = src.numel();
-  if (dst.scalar_type() == at::kFloat && isLowPrecision(src.scalar_type())) {
-    const bool bf16 = src.scalar_type() == at::kBFloat16;
-    const auto* x = static_cast<const uint16_t*>(src.data_ptr());
-    auto* out = static_cast<float*>(dst.data_ptr());
-    if (i == ActivationIsa::kAvx512) avx512::widen(bf16, x, out, n);
-    else avx2::widen(bf16, x, out, n);
-    return true;
-  }
-  if (src.scalar_type() == at::kFloat && isLowPrecision(dst.scalar_type())) {
-    const bool bf16 = dst.scalar_type() == at::kBFloat16;
-    const auto* x = static_cast<const float*>(src.data_ptr());
-    auto* out = static_cast<uint16_t*>(dst.data_ptr());
-    if (i == ActivationIsa::kAvx512) avx512::narrow(bf16, x, out, n);
-    else avx2::narrow(bf16, x, out, n);
-    return true;
-  }
-  return false;
-}
-
-namespace {
-
 // ------------------------------------------------------- the ATen side
-
-// (Tensors of up to GRAIN_SIZE elements are the small-op path's, which runs
-// CPU's kernel, bit for bit: pointwise.cpp. A launch costs them more than
-// the kernel.)
-bool plain(const at::Tensor& t) {
-  return t.defined() && t.device().type() == kMTIA && isLowPrecision(t.scalar_type()) &&
-         t.numel() > at::internal::GRAIN_SIZE &&
-         t.is_contiguous() && !t.is_neg() && !t.is_conj();
-}
 
 std::optional<Activation> geluKind(c10::string_view approximate, bool backward) {
   if (approximate == "none") return backward ? Activation::kGeluBackward : Activation::kGelu;
@@ -154,8 +67,8 @@ at::Tensor sigmoidBackward(const at::Tensor& grad, const at::Tensor& y) {
 }  // namespace
 
 bool fusedActivation(Activation kind, const at::Tensor& x, const at::Tensor& grad) {
-  if (isa().load(std::memory_order_relaxed) == ActivationIsa::kNone || !plain(x)) return false;
-  if (grad.defined() && (!plain(grad) || grad.scalar_type() != x.scalar_type() ||
+  if (kernelIsa() == KernelIsa::kNone || !loopOperand(x)) return false;
+  if (grad.defined() && (!loopOperand(grad) || grad.scalar_type() != x.scalar_type() ||
                          grad.device() != x.device() || !grad.sizes().equals(x.sizes())))
     return false;
   const bool onednn = kind == Activation::kGelu || kind == Activation::kGeluBackward;
@@ -177,7 +90,7 @@ void launchActivation(Activation kind, const at::Tensor& x, const at::Tensor& gr
     // square's as one: it is memory-bound)
     const int64_t work = kind == Activation::kSquare ? n : n * (kDenseWorkScale / 4);
     useKernelThreads(work);
-    if (work < kParallelWork) return run(kind, bf16, xp, gp, op, n);
+    if (work < kParallelWork) return activationLoop(kind, bf16, xp, gp, op, n);
     // In parallel through ATen's OpenMP team (at::parallel_for is inline,
     // and this file is not built with OpenMP): a TensorIterator's for_each
     // over the 1-D operands hands out contiguous ranges.
@@ -190,7 +103,7 @@ void launchActivation(Activation kind, const at::Tensor& x, const at::Tensor& gr
     at::TensorIterator iter = config.resize_outputs(false).build();
     iter.for_each(
         [&](char** data, const int64_t*, int64_t size) {
-          run(kind, bf16, reinterpret_cast<const uint16_t*>(data[1]),
+          activationLoop(kind, bf16, reinterpret_cast<const uint16_t*>(data[1]),
               gp ? reinterpret_cast<const uint16_t*>(data[2]) : nullptr, reinterpret_cast<uint16_t*>(data[0]), size);
         },
         4096);
@@ -205,14 +118,6 @@ at::Tensor fusedActivationResult(Activation kind, const at::Tensor& x, const at:
 }
 
 int64_t fusedActivationCalls() { return g_calls.load(); }
-
-ActivationIsa activationIsa() { return isa().load(); }
-
-void setActivationIsa(ActivationIsa want) {
-  TORCH_CHECK(want <= hostIsa(), "this host cannot run the ", want == ActivationIsa::kAvx512 ? "AVX-512" : "AVX2",
-              " activation kernel");
-  isa() = want;
-}
 
 const std::unordered_set<std::string>& activationOps() {
   static const std::unordered_set<std::string> ops = {"gelu", "gelu_", "gelu_backward", "sigmoid_backward"};

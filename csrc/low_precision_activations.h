@@ -15,10 +15,8 @@
 // accurate to a few float32 ulps, so results agree with CPU's within
 // torch.testing's bf16/fp16 tolerances; NaN and infinities give CPU's
 // results (gelu(+inf) = inf: CPU's float32 and bf16 kernels give NaN there,
-// its fp16 kernel and CUDA inf). One source
-// (low_precision_activations_kernel.inc) is compiled for 16 lanes (AVX-512
-// F+BW) and 8 (AVX2+FMA+F16C); activationIsa() picks one per host, and a
-// host with neither keeps CPU's kernels. On an AVX2 host (1M elements, 2
+// its fp16 kernel and CUDA inf). The loops are low_precision_kernels.h's
+// (AVX-512 or AVX2, per host); a host with neither keeps CPU's kernels. On an AVX2 host (1M elements, 2
 // threads) the kernel takes 0.9-1.07x float32 gelu's time (oneDNN's),
 // 0.2-0.9x for the others.
 #pragma once
@@ -29,24 +27,15 @@
 #include <string>
 #include <unordered_set>
 
-namespace openmtia {
+#include "low_precision_kernels.h"
 
-enum class Activation {
-  kGelu,             // gelu(x), approximate="none"
-  kGeluTanh,         // gelu(x), approximate="tanh"
-  kSilu,             // silu(x)
-  kSigmoid,          // sigmoid(x)
-  kGeluBackward,     // gelu_backward(grad, x), approximate="none"
-  kGeluTanhBackward, // gelu_backward(grad, x), approximate="tanh"
-  kSigmoidBackward,  // sigmoid_backward(grad, y): y the forward's result
-  kSquare,           // pow(x, 2): CPU's fp16 pow runs a scalar loop (20-45x float32's time)
-};
+namespace openmtia {
 
 // Whether the fused kernel runs `kind` over these operands: bf16/fp16 mtia
 // tensors of one dtype, device and sizes, contiguous, no neg/conj bit, more
 // than GRAIN_SIZE (32768) elements (smaller ones are the small-op path's,
-// which keeps CPU's bits: pointwise.cpp), not being captured into a graph, activationPath() kFloat32 for the
-// dtype and kind, and an activationIsa().
+// which keeps CPU's bits: pointwise.cpp), not being captured into a graph,
+// activationPath() kFloat32 for the dtype and kind, and a kernelIsa().
 // `grad`: the backward's first operand (undefined for a forward).
 bool fusedActivation(Activation kind, const at::Tensor& x, const at::Tensor& grad = at::Tensor());
 
@@ -61,12 +50,6 @@ at::Tensor fusedActivationResult(Activation kind, const at::Tensor& x, const at:
 // How many fused activation tasks were launched so far (for tests).
 int64_t fusedActivationCalls();
 
-// The instruction set of the fused kernel: 16 float32 lanes (AVX-512 F+BW)
-// where the host has them and ATen's capability is AVX512, else 8 (AVX2,
-// FMA, F16C), else none (CPU's kernels). Tests set it to run each.
-enum class ActivationIsa { kNone, kAvx2, kAvx512 };
-ActivationIsa activationIsa();
-void setActivationIsa(ActivationIsa isa);  // raises if the host cannot run it
 
 // The ops this file registers ("name.overload" without "aten::"): gelu,
 // gelu_, gelu_backward, sigmoid_backward (silu, sigmoid and their in-place
@@ -75,12 +58,5 @@ void setActivationIsa(ActivationIsa isa);  // raises if the host cannot run it
 // as on CUDA, autograd runs its composite, whose sigmoid is fused.)
 const std::unordered_set<std::string>& activationOps();
 
-// dst = src for a contiguous bf16/fp16 `src` and float32 `dst` (widened
-// exactly) or the reverse (rounded to nearest even), on the calling thread
-// with the fused kernel's instructions; false (nothing done) for other
-// dtypes or layouts, or ISA kNone: the caller copies. (The float32 path's
-// conversions of operands in cache: ATen's copy_ costs a few microseconds of
-// set-up a call, and its loops are slower there.)
-bool convertLowPrecision(const at::Tensor& dst, const at::Tensor& src);
 
 }  // namespace openmtia

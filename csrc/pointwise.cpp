@@ -32,7 +32,8 @@
 // (what CPU's kernel computes: `a + 1 * b` is `a + b` exactly). Every other
 // call goes through the boxed fallback unchanged, except bf16/fp16 sigmoid,
 // silu and pow(x, 2) of more than GRAIN_SIZE elements where the fused kernel
-// takes them (low_precision_activations.h).
+// takes them (low_precision_activations.h), and sum, mean, amax and amin of
+// all the elements of such tensors (low_precision_reductions.h).
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/EmptyTensor.h>
 #include <ATen/MemoryOverlap.h>
@@ -50,6 +51,7 @@
 
 #include "common.h"
 #include "low_precision_activations.h"
+#include "low_precision_reductions.h"
 #include "operand.h"
 
 namespace openmtia {
@@ -491,18 +493,36 @@ at::Tensor reduceAll(const c10::OperatorHandle& h, const char* name, const at::T
   return out;
 }
 
+// Whether `dim` names every dimension of x (or none: all of them), each
+// once and in range.
+bool allDims(const at::Tensor& x, at::IntArrayRef dim) {
+  const int64_t ndim = x.dim();
+  if (dim.empty()) return true;
+  if (static_cast<int64_t>(dim.size()) != ndim) return false;
+  std::vector<bool> seen(ndim, false);
+  for (int64_t d : dim) {
+    if (d < -ndim || d >= ndim || seen[d < 0 ? d + ndim : d]) return false;
+    seen[d < 0 ? d + ndim : d] = true;
+  }
+  return true;
+}
+
 at::Tensor sum(const at::Tensor& x, std::optional<at::ScalarType> dtype) {
   static const c10::OperatorHandle h = handle("aten::sum", "");
-  return reduceAll<true, false>(h, "aten::sum", x, {x, dtype}, !dtype || *dtype == x.scalar_type());
+  const bool same = !dtype || *dtype == x.scalar_type();
+  if (same && fusedReduction(x)) return fusedReductionResult(Reduction::kSum, x, false);
+  return reduceAll<true, false>(h, "aten::sum", x, {x, dtype}, same);
 }
 
 at::Tensor amax(const at::Tensor& x, at::IntArrayRef dim, bool keepdim) {
   static const c10::OperatorHandle h = handle("aten::amax", "");
+  if (allDims(x, dim) && fusedReduction(x)) return fusedReductionResult(Reduction::kMax, x, keepdim);
   return reduceAll<false, true>(h, "aten::amax", x, {x, dim, keepdim}, dim.empty() && !keepdim);
 }
 
 at::Tensor amin(const at::Tensor& x, at::IntArrayRef dim, bool keepdim) {
   static const c10::OperatorHandle h = handle("aten::amin", "");
+  if (allDims(x, dim) && fusedReduction(x)) return fusedReductionResult(Reduction::kMin, x, keepdim);
   return reduceAll<false, false>(h, "aten::amin", x, {x, dim, keepdim}, dim.empty() && !keepdim);
 }
 
@@ -515,6 +535,8 @@ at::Tensor reduceDims(const at::Tensor& x, at::OptionalIntArrayRef dim, bool kee
                       std::optional<at::ScalarType> dtype) {
   static constexpr const char* name = kMean ? "aten::mean" : "aten::sum";
   static const c10::OperatorHandle h = handle(name, kMean ? "dim" : "dim_IntList");
+  if ((!dtype || *dtype == x.scalar_type()) && (!dim || allDims(x, *dim)) && fusedReduction(x))
+    return fusedReductionResult(kMean ? Reduction::kMean : Reduction::kSum, x, keepdim);
   const int64_t ndim = x.dim();
   std::vector<bool> reduced(std::max<int64_t>(ndim, 1), false);
   // (an empty dim list: the boxed path, whose rule for it is CPU's)

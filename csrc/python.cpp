@@ -14,6 +14,7 @@
 #include "common.h"
 #include "low_precision.h"
 #include "low_precision_activations.h"
+#include "low_precision_reductions.h"
 #include "plan_cache.h"
 
 namespace py = pybind11;
@@ -152,15 +153,16 @@ PYBIND11_MODULE(_C, m) {
   m.def("_dense_work_scale", [] { return openmtia::kDenseWorkScale; });
   // bf16/fp16 activations through the fused kernel (low_precision_activations.h)
   m.def("_fused_activation_calls", &openmtia::fusedActivationCalls);
+  m.def("_fused_reduction_calls", &openmtia::fusedReductionCalls);
   m.def("_activation_isa", [] {
-    const auto isa = openmtia::activationIsa();
-    return isa == openmtia::ActivationIsa::kAvx512 ? "avx512" : isa == openmtia::ActivationIsa::kAvx2 ? "avx2" : "none";
+    const auto isa = openmtia::kernelIsa();
+    return isa == openmtia::KernelIsa::kAvx512 ? "avx512" : isa == openmtia::KernelIsa::kAvx2 ? "avx2" : "none";
   });
   m.def("_set_activation_isa", [](const std::string& name) {
     TORCH_CHECK(name == "avx512" || name == "avx2" || name == "none", "_set_activation_isa: avx512, avx2 or none");
-    openmtia::setActivationIsa(name == "avx512" ? openmtia::ActivationIsa::kAvx512
-                               : name == "avx2" ? openmtia::ActivationIsa::kAvx2
-                                                : openmtia::ActivationIsa::kNone);
+    openmtia::setKernelIsa(name == "avx512" ? openmtia::KernelIsa::kAvx512
+                           : name == "avx2" ? openmtia::KernelIsa::kAvx2
+                                            : openmtia::KernelIsa::kNone);
   });
   // (onednn: gelu and its backward, whose native kernel may be oneDNN's)
   m.def("_activation_path", [](py::object dtype, bool onednn) {

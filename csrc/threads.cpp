@@ -27,6 +27,9 @@
 #include "low_precision.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/Functions.h>
+#include <ATen/Parallel.h>
+#include <ATen/TensorIterator.h>
 
 namespace openmtia {
 namespace {
@@ -94,6 +97,29 @@ void useKernelThreads(int64_t work_elements) {
     if (c.mkl_set_local) c.mkl_set_local(0);  // 0: MKL's global setting again
   }
   serial = want_serial;
+}
+
+void forEachThread(int64_t n, const std::function<void(int64_t, int64_t)>& f) {
+  const int64_t ranges = std::min<int64_t>(n, at::get_num_threads());
+  if (ranges <= 1) return n > 0 ? f(0, n) : void();
+  // (at::parallel_for is inline, and this file is not built with OpenMP: a
+  // TensorIterator's for_each over the ranges' indices runs in ATen's team,
+  // one index per thread)
+  at::Tensor index = at::arange(ranges, at::kLong);
+  at::TensorIterator iter = at::TensorIteratorConfig()
+                                .add_output(index)
+                                .resize_outputs(false)
+                                .set_check_mem_overlap(false)
+                                .check_all_same_dtype(false)
+                                .build();
+  iter.for_each(
+      [&](char** data, const int64_t* strides, int64_t size) {
+        for (int64_t k = 0; k < size; ++k) {
+          const int64_t i = *reinterpret_cast<const int64_t*>(data[0] + k * strides[0]);
+          f(n * i / ranges, n * (i + 1) / ranges);
+        }
+      },
+      1);
 }
 
 }  // namespace openmtia

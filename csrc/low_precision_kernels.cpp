@@ -1,0 +1,116 @@
+// The bf16/fp16 vector loops, once per instruction set (see
+// low_precision_kernels.h).
+#include "low_precision_kernels.h"
+
+#include <ATen/TensorIterator.h>
+#include <ATen/Version.h>
+#include <c10/util/Exception.h>
+
+#include <immintrin.h>
+
+#include <atomic>
+#include <cstring>
+
+#include "common.h"
+#include "low_precision.h"
+
+namespace openmtia {
+namespace {
+
+// ------------------------------------------- the loops, once per ISA
+// (low_precision_kernels.inc: the same source at 8 and 16 lanes)
+namespace avx2 {
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+#define OMTIA_LANES 8
+#include "low_precision_kernels.inc"
+#undef OMTIA_LANES
+#pragma GCC pop_options
+}  // namespace avx2
+
+namespace avx512 {
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx2,fma,f16c")
+#define OMTIA_LANES 16
+#include "low_precision_kernels.inc"
+#undef OMTIA_LANES
+#pragma GCC pop_options
+}  // namespace avx512
+
+// What the host can run: AVX-512 F and BW, else AVX2 + FMA + F16C, else
+// neither (CPU's kernels then).
+KernelIsa hostIsa() {
+  static const KernelIsa isa = [] {
+    if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") || !__builtin_cpu_supports("f16c"))
+      return KernelIsa::kNone;
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw")) return KernelIsa::kAvx512;
+    return KernelIsa::kAvx2;
+  }();
+  return isa;
+}
+
+// The loops' ISA: 16 lanes where the host has them and ATen's own kernels
+// use AVX-512 (ATEN_CPU_CAPABILITY=avx2 makes a host like an AVX2 one).
+std::atomic<KernelIsa>& isa() {
+  static std::atomic<KernelIsa> i{[] {
+    const bool aten512 = at::get_cpu_capability().rfind("AVX512", 0) == 0;
+    if (hostIsa() == KernelIsa::kAvx512 && !aten512) return KernelIsa::kAvx2;
+    return hostIsa();
+  }()};
+  return i;
+}
+
+bool wide() { return isa().load(std::memory_order_relaxed) == KernelIsa::kAvx512; }
+
+}  // namespace
+
+KernelIsa kernelIsa() { return isa().load(); }
+
+void setKernelIsa(KernelIsa want) {
+  TORCH_CHECK(want <= hostIsa(), "this host cannot run the ", want == KernelIsa::kAvx512 ? "AVX-512" : "AVX2",
+              " kernels");
+  isa() = want;
+}
+
+bool loopOperand(const at::Tensor& t) {
+  return t.defined() && t.device().type() == kMTIA && isLowPrecision(t.scalar_type()) &&
+         t.numel() > at::internal::GRAIN_SIZE && t.is_contiguous() && !t.is_neg() && !t.is_conj();
+}
+
+void activationLoop(Activation kind, bool bf16, const uint16_t* x, const uint16_t* g, uint16_t* out, int64_t n) {
+  if (wide()) avx512::run(kind, bf16, x, g, out, n);
+  else avx2::run(kind, bf16, x, g, out, n);
+}
+
+bool convertLowPrecision(const at::Tensor& dst, const at::Tensor& src) {
+  if (kernelIsa() == KernelIsa::kNone || dst.numel() != src.numel() || !dst.is_contiguous() || !src.is_contiguous())
+    return false;
+  const int64_t n = src.numel();
+  if (dst.scalar_type() == at::kFloat && isLowPrecision(src.scalar_type())) {
+    const bool bf16 = src.scalar_type() == at::kBFloat16;
+    const auto* x = static_cast<const uint16_t*>(src.data_ptr());
+    auto* out = static_cast<float*>(dst.data_ptr());
+    if (wide()) avx512::widen(bf16, x, out, n);
+    else avx2::widen(bf16, x, out, n);
+    return true;
+  }
+  if (src.scalar_type() == at::kFloat && isLowPrecision(dst.scalar_type())) {
+    const bool bf16 = dst.scalar_type() == at::kBFloat16;
+    const auto* x = static_cast<const float*>(src.data_ptr());
+    auto* out = static_cast<uint16_t*>(dst.data_ptr());
+    if (wide()) avx512::narrow(bf16, x, out, n);
+    else avx2::narrow(bf16, x, out, n);
+    return true;
+  }
+  return false;
+}
+
+double sumLoop(bool bf16, const uint16_t* x, int64_t n) {
+  return wide() ? avx512::sum(bf16, x, n) : avx2::sum(bf16, x, n);
+}
+
+float extremumLoop(bool bf16, bool max, const uint16_t* x, int64_t n) {
+  return wide() ? avx512::extremum(bf16, max, x, n) : avx2::extremum(bf16, max, x, n);
+}
+
+}  // namespace openmtia

@@ -1,0 +1,59 @@
+// The vector loops of the bf16/fp16 fast paths, once per instruction set.
+//
+// One source (low_precision_kernels.inc, GCC vector extensions plus the
+// bf16/fp16 conversion intrinsics) is compiled for 16 float32 lanes (AVX-512
+// F+BW) and for 8 (AVX2+FMA+F16C); kernelIsa() picks one per host, and a host
+// with neither keeps CPU's kernels. The loops take contiguous bf16/fp16 data
+// (as uint16_t) and compute in float32: the activations
+// (low_precision_activations.h), the conversions of the float32 matrix path
+// (low_precision.h) and the all-element reductions
+// (low_precision_reductions.h). Callers check kernelIsa() != kNone first.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+
+namespace openmtia {
+
+enum class Activation {
+  kGelu,             // gelu(x), approximate="none"
+  kGeluTanh,         // gelu(x), approximate="tanh"
+  kSilu,             // silu(x)
+  kSigmoid,          // sigmoid(x)
+  kGeluBackward,     // gelu_backward(grad, x), approximate="none"
+  kGeluTanhBackward, // gelu_backward(grad, x), approximate="tanh"
+  kSigmoidBackward,  // sigmoid_backward(grad, y): y the forward's result
+  kSquare,           // pow(x, 2): CPU's fp16 pow runs a scalar loop (20-45x float32's time)
+};
+
+// The instruction set of the loops: 16 float32 lanes (AVX-512 F+BW) where
+// the host has them and ATen's capability is AVX512, else 8 (AVX2, FMA,
+// F16C), else none (CPU's kernels). Tests set it to run each.
+enum class KernelIsa { kNone, kAvx2, kAvx512 };
+KernelIsa kernelIsa();
+void setKernelIsa(KernelIsa isa);  // raises if the host cannot run it
+
+// A tensor the loops take: a bf16/fp16 mtia tensor, contiguous, no neg/conj
+// bit, of more than GRAIN_SIZE (32768) elements (smaller ones are the
+// small-op path's, which keeps CPU's bits: pointwise.cpp).
+bool loopOperand(const at::Tensor& t);
+
+// out[i] = kind(x[i]) (or kind(g[i], x[i])) for n elements, on the calling
+// thread; out may be x.
+void activationLoop(Activation kind, bool bf16, const uint16_t* x, const uint16_t* g, uint16_t* out, int64_t n);
+
+// dst = src for a contiguous bf16/fp16 `src` and float32 `dst` (widened
+// exactly) or the reverse (rounded to nearest even), on the calling thread;
+// false (nothing done) for other dtypes or layouts, or ISA kNone: the
+// caller copies. (The float32 path's conversions of operands in cache:
+// ATen's copy_ costs a few microseconds of set-up a call, and its loops are
+// slower there.)
+bool convertLowPrecision(const at::Tensor& dst, const at::Tensor& src);
+
+// The sum of n elements (float32 accumulation, blocks added in double).
+double sumLoop(bool bf16, const uint16_t* x, int64_t n);
+// The largest (max) or smallest of n >= 1 elements; NaN if any is NaN.
+float extremumLoop(bool bf16, bool max, const uint16_t* x, int64_t n);
+
+}  // namespace openmtia

@@ -1,0 +1,166 @@
+"""bf16/fp16 reductions of all elements (csrc/low_precision_reductions.h):
+sum, mean, amax and amin through the vector loops (AVX2 and, on hosts with
+it, AVX-512) and through CPU's kernels (OPENMTIA_LOW_PRECISION=native, or no
+ISA), against CPU PyTorch in the same dtype."""
+import pytest
+import torch
+
+import openmtia
+
+C = openmtia._C
+LOW = [torch.bfloat16, torch.float16]
+HOST_AVX512 = all(f in open("/proc/cpuinfo").read().split() for f in ("avx512f", "avx512bw"))
+MODES = ["float32-avx2"] + (["float32-avx512"] if HOST_AVX512 else []) + ["native", "float32-none"]
+GRAIN = 32768
+# around the 16-lane vectors and the 64-vector blocks, and one size whose
+# ranges run on every thread
+SIZES = [GRAIN + k for k in (1, 7, 15, 16, 17, 31, 33, 1023, 1025)] + [C._parallel_work() + 12345]
+
+OPS = {
+    "sum": lambda x: x.sum(),
+    "sum_dim_empty": lambda x: x.sum(dim=[]),
+    "sum_all_dims_keepdim": lambda x: x.view(-1, 1).sum(dim=(0, 1), keepdim=True),
+    "mean": lambda x: x.mean(),
+    "mean_all_dims_keepdim": lambda x: x.view(1, -1).mean(dim=(-1, 0), keepdim=True),
+    "amax": lambda x: x.amax(),
+    "amin": lambda x: x.amin(),
+    "amax_keepdim": lambda x: torch.amax(x.view(-1, 1), dim=(), keepdim=True),
+    "amin_all_dims": lambda x: torch.amin(x.view(1, -1), dim=(0, 1)),
+}
+EXACT = ("amax", "amin")  # the result is one of the elements
+
+
+@pytest.fixture(params=MODES)
+def mode(request):
+    mode, _, isa = request.param.partition("-")
+    before, before_isa = C._low_precision_mode(), C._activation_isa()
+    C._set_low_precision_mode(mode)
+    if isa:
+        C._set_activation_isa(isa)
+    yield "fused" if mode == "float32" and isa != "none" else "cpu"
+    C._set_activation_isa(before_isa)
+    C._set_low_precision_mode(before)
+
+
+def run(mode, f, x, fused=True):
+    """f on mtia, checking which kernel took it, against f on CPU."""
+    n = C._fused_reduction_calls()
+    got = f(x.to("mtia"))
+    torch.mtia.synchronize()
+    took = C._fused_reduction_calls() - n
+    assert took == (1 if mode == "fused" and fused else 0), took
+    want = f(x)
+    assert got.device.type == "mtia" and got.dtype == want.dtype and got.shape == want.shape
+    return got.cpu(), want
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("op", sorted(OPS))
+def test_reductions_match_cpu(op, n, dtype, mode):
+    torch.manual_seed(n)
+    x = (torch.randn(n) * 4).to(dtype)
+    for _ in range(2):  # first and later calls of the signature
+        got, want = run(mode, OPS[op], x)
+        if any(op.startswith(e) for e in EXACT):
+            assert torch.equal(got, want), (got, want)
+        else:
+            torch.testing.assert_close(got, want)
+            # and at least as close to the exact value as CPU's, give or take one rounding
+            exact = OPS[op](x.double())
+            ulp = torch.finfo(dtype).eps * max(1.0, abs(exact.item()))
+            assert abs(got.double().item() - exact.item()) <= abs(want.double().item() - exact.item()) + ulp
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+def test_specials_as_on_cpu(dtype, mode):
+    n = GRAIN + 100
+    cases = {
+        "nan": {5: float("nan")},
+        "nan_last": {n - 1: float("nan")},
+        "inf": {7: float("inf")},
+        "both_infs": {7: float("inf"), n - 3: float("-inf")},
+        "max_values": {i: torch.finfo(dtype).max for i in range(0, n, 997)},  # the sum overflows to inf
+    }
+    for name, values in cases.items():
+        x = torch.rand(n).to(dtype)
+        for i, v in values.items():
+            x[i] = v
+        for op in ("sum", "mean", "amax", "amin"):
+            got, want = run(mode, OPS[op], x)
+            assert torch.equal(got.isnan(), want.isnan()) and torch.equal(got.isinf(), want.isinf()), (name, op)
+            torch.testing.assert_close(got, want, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+def test_mean_of_large_values_is_computed_in_float32(dtype, mode):
+    # fp16: the sum (4e7) overflows the dtype, the mean (1000) does not, on CPU as here
+    x = torch.full((GRAIN * 2,), 1000.0).to(dtype)
+    got, want = run(mode, OPS["mean"], x)
+    assert torch.equal(got, want) and want.item() == 1000.0
+    got, want = run(mode, OPS["sum"], x)
+    torch.testing.assert_close(got, want, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+def test_calls_the_loops_do_not_take_match_cpu(dtype, mode):
+    torch.manual_seed(1)
+    x = torch.randn(300, 200).to(dtype)
+    calls = {
+        "small": lambda: (x[:10].to("mtia").sum(), x[:10].sum()),  # the small-op path: CPU's bits
+        "transposed": lambda: (x.t().to("mtia").sum(), x.t().sum()),
+        "strided": lambda: (x.to("mtia")[:, ::2].amax(), x[:, ::2].amax()),
+        "float32_sum": lambda: (x.to("mtia").sum(dtype=torch.float32), x.sum(dtype=torch.float32)),
+        "some_dims": lambda: (x.to("mtia").mean(dim=0), x.mean(dim=0)),
+        "amax_dim": lambda: (x.to("mtia").amax(dim=1), x.amax(dim=1)),
+    }
+    for name, f in calls.items():
+        n = C._fused_reduction_calls()
+        got, want = f()
+        torch.mtia.synchronize()
+        assert C._fused_reduction_calls() == n, name
+        assert got.dtype == want.dtype and got.shape == want.shape, name
+        torch.testing.assert_close(got.cpu(), want, msg=name)
+    assert torch.equal(x[:10].to("mtia").sum().cpu(), x[:10].sum())
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+def test_argument_errors_raise_at_the_call_as_on_cpu(dtype, mode):
+    x = torch.randn(GRAIN + 5).to(dtype)
+    m = x.to("mtia")
+    for f in (lambda t: t.amax(dim=3), lambda t: t.view(-1, 5).mean(dim=(0, 0)), lambda t: t.sum(dim=2)):
+        with pytest.raises(Exception) as cpu_error:
+            f(x)
+        with pytest.raises(type(cpu_error.value)) as mtia_error:
+            f(m)
+        assert str(mtia_error.value) == str(cpu_error.value)
+    # and the device stays usable
+    got, want = run(mode, OPS["mean"], x)
+    torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+def test_gradients_flow_through(dtype, mode):
+    torch.manual_seed(2)
+    x = torch.randn(GRAIN + 9).to(dtype)
+    grads = []
+    for device in ("cpu", "mtia"):
+        t = x.to(device).detach().requires_grad_()
+        (t.mean() * 3 + t.amax()).backward()
+        grads.append(t.grad.cpu())
+    torch.testing.assert_close(grads[1], grads[0])
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+def test_every_element_counts(dtype, mode):
+    # one nonzero element, first, in the middle, in a vector's tail and last
+    for n in SIZES:
+        for pos in (0, n // 2, n - 17, n - 1):
+            x = torch.zeros(n, dtype=dtype)
+            x[pos] = 3
+            for op in ("sum", "mean", "amax"):
+                got, want = run(mode, OPS[op], x)
+                assert torch.equal(got, want), (n, pos, op, got, want)
+            x[pos] = -3
+            got, want = run(mode, OPS["amin"], x)
+            assert torch.equal(got, want) and got.item() == -3, (n, pos)

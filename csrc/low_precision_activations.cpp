@@ -78,7 +78,9 @@ bool fusedActivation(Activation kind, const at::Tensor& x, const at::Tensor& gra
 void launchActivation(Activation kind, const at::Tensor& x, const at::Tensor& grad, const at::Tensor& out) {
   static const char* const kNames[] = {"aten::gelu",          "aten::gelu",          "aten::silu",
                                        "aten::sigmoid",       "aten::gelu_backward", "aten::gelu_backward",
-                                       "aten::sigmoid_backward", "aten::pow"};
+                                       "aten::sigmoid_backward", "aten::pow", "aten::relu"};
+  static_assert(sizeof(kNames) / sizeof(kNames[0]) == static_cast<size_t>(Activation::kNumActivations),
+                "a task name for each kind");
   g_calls.fetch_add(1, std::memory_order_relaxed);
   const auto* xp = static_cast<const uint16_t*>(x.data_ptr());
   const auto* gp = grad.defined() ? static_cast<const uint16_t*>(grad.data_ptr()) : nullptr;
@@ -88,7 +90,8 @@ void launchActivation(Activation kind, const at::Tensor& x, const at::Tensor& gr
   launchOnCurrentStream(x.device().index(), kNames[static_cast<int>(kind)], [=] {
     // transcendental work: an element counts as kDenseWorkScale / 4 (a
     // square's as one: it is memory-bound)
-    const int64_t work = kind == Activation::kSquare ? n : n * (kDenseWorkScale / 4);
+    const bool memory_bound = kind == Activation::kSquare || kind == Activation::kRelu;
+    const int64_t work = memory_bound ? n : n * (kDenseWorkScale / 4);
     useKernelThreads(work);
     if (work < kParallelWork) return activationLoop(kind, bf16, xp, gp, op, n);
     // In parallel through ATen's OpenMP team (at::parallel_for is inline,

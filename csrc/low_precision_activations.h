@@ -1,5 +1,5 @@
-// bf16 and fp16 activations (gelu, silu, sigmoid and their backward) and
-// pow(x, 2) at float32 speed on every host.
+// bf16 and fp16 activations (gelu, silu, sigmoid and their backward, relu)
+// and pow(x, 2) at float32 speed on every host.
 //
 // CPU PyTorch's float32 gelu runs oneDNN's JIT kernel; its bf16 and fp16
 // activations run ATen's vectorized loops (oneDNN's only for bf16 gelu on a

@@ -31,7 +31,7 @@
 // float64 tensors and alpha 1 it runs one IEEE operation per element itself
 // (what CPU's kernel computes: `a + 1 * b` is `a + b` exactly). Every other
 // call goes through the boxed fallback unchanged, except bf16/fp16 sigmoid,
-// silu and pow(x, 2) of more than GRAIN_SIZE elements where the fused kernel
+// silu, relu and pow(x, 2) of more than GRAIN_SIZE elements where the fused kernel
 // takes them (low_precision_activations.h), and sum, mean, amax and amin of
 // all the elements of such tensors (low_precision_reductions.h).
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -170,13 +170,14 @@ constexpr Dtypes unaryDtypes() {
   return n == "abs" || n == "neg" || n == "relu" ? Dtypes::kIntegral : Dtypes::kFloating;
 }
 
-// sigmoid and silu of bf16/fp16 tensors on the float32 path: the fused
-// kernel of low_precision_activations.h, at any size.
+// sigmoid, silu and relu of bf16/fp16 tensors on the float32 path: the
+// fused kernel of low_precision_activations.h (above GRAIN_SIZE elements).
 template <size_t I>
 constexpr std::optional<Activation> fusedKind() {
   constexpr std::string_view n = kUnaryOps[I];
   if (n == "sigmoid") return Activation::kSigmoid;
   if (n == "silu") return Activation::kSilu;
+  if (n == "relu") return Activation::kRelu;
   return std::nullopt;
 }
 

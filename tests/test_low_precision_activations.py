@@ -34,6 +34,7 @@ OPS = {
     "sigmoid_backward": (lambda g, y: A.sigmoid_backward(g, y), True),
     "pow2": (lambda g, x: x.pow(2), False),
     "square": (lambda g, x: torch.square(x), False),
+    "relu": (lambda g, x: torch.relu(x), False),
 }
 GELU_OPS = ("gelu", "gelu_tanh", "gelu_backward", "gelu_tanh_backward")
 
@@ -118,7 +119,7 @@ def test_nan_inf_and_extremes_as_on_cpu(op, dtype, mode):
 
 @pytest.mark.parametrize("dtype", LOW, ids=str)
 def test_in_place_forms(dtype, mode):
-    for op, ref in ((A.gelu_, F.gelu), (A.silu_, F.silu), (A.sigmoid_, torch.sigmoid)):
+    for op, ref in ((A.gelu_, F.gelu), (A.silu_, F.silu), (A.sigmoid_, torch.sigmoid), (A.relu_, torch.relu)):
         x = (torch.randn(GRAIN + 1001) * 3).to(dtype)
         m = x.to("mtia")
         ptr, version = m.data_ptr(), m._version
@@ -232,3 +233,18 @@ def test_a_host_without_the_instructions_keeps_cpus_kernels(dtype):
     finally:
         C._set_activation_isa(before_isa)
         C._set_low_precision_mode(before)
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+def test_relu_keeps_cpus_bits(dtype, mode):
+    # relu is CPU's clamp_min(x, 0): negatives become +0, -0 stays -0, NaN
+    # stays NaN; every other value is the input's, bit for bit
+    special = [0.0, -0.0, float("inf"), -float("inf"), float("nan"), 1e-40, -1e-40, 3.0, -3.0,
+               torch.finfo(dtype).max, -torch.finfo(dtype).max, torch.finfo(dtype).tiny, -torch.finfo(dtype).tiny]
+    x = torch.tensor(special * 2600 + special[:5]).to(dtype)  # 33805 elements: the blocks and a tail
+    for f in (torch.relu, lambda t: t.clone().relu_(), F.relu):
+        mtia = fused_calls(mode, lambda: f(x.to("mtia"))).cpu()
+        cpu = f(x)
+        assert torch.equal(mtia.isnan(), cpu.isnan())
+        keep = ~cpu.isnan()
+        assert torch.equal(mtia[keep].view(torch.int16), cpu[keep].view(torch.int16))

@@ -105,6 +105,11 @@ bool convertLowPrecision(const at::Tensor& dst, const at::Tensor& src) {
   return false;
 }
 
+void compareLoop(Comparison kind, bool bf16, const uint16_t* x, const uint16_t* y, float s, bool* out, int64_t n) {
+  if (wide()) avx512::compare(kind, bf16, x, y, s, out, n);
+  else avx2::compare(kind, bf16, x, y, s, out, n);
+}
+
 double sumLoop(bool bf16, const uint16_t* x, int64_t n) {
   return wide() ? avx512::sum(bf16, x, n) : avx2::sum(bf16, x, n);
 }

@@ -6,8 +6,8 @@
 // with neither keeps CPU's kernels. The loops take contiguous bf16/fp16 data
 // (as uint16_t) and compute in float32: the activations
 // (low_precision_activations.h), the conversions of the float32 matrix path
-// (low_precision.h) and the all-element reductions
-// (low_precision_reductions.h). Callers check kernelIsa() != kNone first.
+// (low_precision.h), the all-element reductions (low_precision_reductions.h)
+// and the comparisons (low_precision_comparisons.h). Callers check kernelIsa() != kNone first.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -52,6 +52,12 @@ void activationLoop(Activation kind, bool bf16, const uint16_t* x, const uint16_
 // ATen's copy_ costs a few microseconds of set-up a call, and its loops are
 // slower there.)
 bool convertLowPrecision(const at::Tensor& dst, const at::Tensor& src);
+
+// The six comparisons, in ATen's order (lt, le, gt, ge, eq, ne).
+enum class Comparison { kLt, kLe, kGt, kGe, kEq, kNe };
+// out[i] = x[i] kind y[i], or x[i] kind s where y is null (s a value of the
+// dtype), for n elements; NaN compares false except under kNe.
+void compareLoop(Comparison kind, bool bf16, const uint16_t* x, const uint16_t* y, float s, bool* out, int64_t n);
 
 // The sum of n elements (float32 accumulation, blocks added in double).
 double sumLoop(bool bf16, const uint16_t* x, int64_t n);

@@ -32,8 +32,9 @@
 // (what CPU's kernel computes: `a + 1 * b` is `a + b` exactly). Every other
 // call goes through the boxed fallback unchanged, except bf16/fp16 sigmoid,
 // silu, relu and pow(x, 2) of more than GRAIN_SIZE elements where the fused kernel
-// takes them (low_precision_activations.h), and sum, mean, amax and amin of
-// all the elements of such tensors (low_precision_reductions.h).
+// takes them (low_precision_activations.h), sum, mean, amax and amin of
+// all the elements of such tensors (low_precision_reductions.h) and their
+// comparisons (low_precision_comparisons.h).
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/EmptyTensor.h>
 #include <ATen/MemoryOverlap.h>
@@ -51,6 +52,7 @@
 
 #include "common.h"
 #include "low_precision_activations.h"
+#include "low_precision_comparisons.h"
 #include "low_precision_reductions.h"
 #include "operand.h"
 
@@ -286,10 +288,16 @@ at::Tensor emptyBool(const at::Tensor& a) {
                                    at::kBool, std::nullopt);
 }
 
+// (the loops' kinds, in kCompareOps's order)
+constexpr Comparison kComparisons[] = {Comparison::kLt, Comparison::kLe, Comparison::kGt,
+                                       Comparison::kGe, Comparison::kEq, Comparison::kNe};
+static_assert(sizeof(kComparisons) / sizeof(kComparisons[0]) == kNumCompare);
+
 template <size_t I>
 at::Tensor compareTensor(const at::Tensor& a, const at::Tensor& b) {
   static const std::string name = std::string("aten::") + kCompareOps[I];
   static const c10::OperatorHandle h = handle(name.c_str(), "Tensor");
+  if (fusedComparison(a, b)) return fusedComparisonResult(kComparisons[I], a, b);
   if (!alike(a, b, Dtypes::kAny)) return boxedFallbackCall(h, {a, b});
   c10::DeviceGuard guard(a.device());
   at::Tensor out = emptyBool(a);
@@ -306,6 +314,7 @@ template <size_t I>
 at::Tensor compareScalar(const at::Tensor& a, const c10::Scalar& b) {
   static const std::string name = std::string("aten::") + kCompareOps[I];
   static const c10::OperatorHandle h = handle(name.c_str(), "Scalar");
+  if (!b.isComplex() && fusedComparison(a)) return fusedComparisonResult(kComparisons[I], a, b);
   if (!small(a, Dtypes::kAny) || b.isComplex()) return boxedFallbackCall(h, {a, b});
   c10::DeviceGuard guard(a.device());
   at::Tensor out = emptyBool(a);

@@ -105,6 +105,12 @@ bool convertLowPrecision(const at::Tensor& dst, const at::Tensor& src) {
   return false;
 }
 
+void arithmeticLoop(Arithmetic kind, bool bf16, const uint16_t* x, const uint16_t* y, float s, float alpha,
+                    uint16_t* out, int64_t n) {
+  if (wide()) avx512::arithmetic(kind, bf16, x, y, s, alpha, out, n);
+  else avx2::arithmetic(kind, bf16, x, y, s, alpha, out, n);
+}
+
 void compareLoop(Comparison kind, bool bf16, const uint16_t* x, const uint16_t* y, float s, bool* out, int64_t n) {
   if (wide()) avx512::compare(kind, bf16, x, y, s, out, n);
   else avx2::compare(kind, bf16, x, y, s, out, n);

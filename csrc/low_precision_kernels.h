@@ -6,8 +6,9 @@
 // with neither keeps CPU's kernels. The loops take contiguous bf16/fp16 data
 // (as uint16_t) and compute in float32: the activations
 // (low_precision_activations.h), the conversions of the float32 matrix path
-// (low_precision.h), the all-element reductions (low_precision_reductions.h)
-// and the comparisons (low_precision_comparisons.h). Callers check kernelIsa() != kNone first.
+// (low_precision.h), the all-element reductions (low_precision_reductions.h),
+// the comparisons (low_precision_comparisons.h) and arithmetic
+// (low_precision_arithmetic.h). Callers check kernelIsa() != kNone first.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -52,6 +53,15 @@ void activationLoop(Activation kind, bool bf16, const uint16_t* x, const uint16_
 // ATen's copy_ costs a few microseconds of set-up a call, and its loops are
 // slower there.)
 bool convertLowPrecision(const at::Tensor& dst, const at::Tensor& src);
+
+// add, sub, mul, div.
+enum class Arithmetic { kAdd, kSub, kMul, kDiv };
+// out[i] = x[i] kind y[i], or x[i] kind s where y is null, in float32 and
+// rounded once: add x + alpha * y in one fused multiply-add (CPU's
+// vectorized loop), sub x - alpha * y; alpha is ignored by mul and div. out
+// may be x or y.
+void arithmeticLoop(Arithmetic kind, bool bf16, const uint16_t* x, const uint16_t* y, float s, float alpha,
+                    uint16_t* out, int64_t n);
 
 // The six comparisons, in ATen's order (lt, le, gt, ge, eq, ne).
 enum class Comparison { kLt, kLe, kGt, kGe, kEq, kNe };

@@ -52,6 +52,7 @@
 
 #include "common.h"
 #include "low_precision_activations.h"
+#include "low_precision_arithmetic.h"
 #include "low_precision_comparisons.h"
 #include "low_precision_reductions.h"
 #include "operand.h"
@@ -678,8 +679,16 @@ struct Binary {
     }
   }
 
+  // Calls whose argument errors CPU's kernel raises (so they must raise at
+  // the call, through the boxed path): a bool or complex alpha (CPU: only
+  // for bool or complex results), and sub with a bool number.
+  static bool rejected(const at::Tensor& b, const c10::Scalar& alpha) {
+    return alpha.isBoolean() || alpha.isComplex() || (op == Op::kSub && number(b) && b.scalar_type() == at::kBool);
+  }
+
   // Integer tensors: add, sub, mul; the number a Python int, alpha an integer.
   static bool plain(const at::Tensor& a, const at::Tensor& b, const c10::Scalar& alpha) {
+    if (rejected(b, alpha)) return false;
     if (a.defined() && integralDtype(a.scalar_type())) {
       if (op == Op::kDiv || !alpha.isIntegral(false)) return false;
       return number(b) ? b.scalar_type() == at::kLong && small(a, Dtypes::kIntegral) : alike(a, b, Dtypes::kIntegral);
@@ -687,7 +696,27 @@ struct Binary {
     return number(b) ? small(a) : alike(a, b);
   }
 
+  // bf16/fp16 tensors above GRAIN_SIZE with a tensor alike or a number: the
+  // vector loops (low_precision_arithmetic.h); false if not taken
+  static constexpr Arithmetic kArithmetic = op == Op::kAdd   ? Arithmetic::kAdd
+                                            : op == Op::kSub ? Arithmetic::kSub
+                                            : op == Op::kMul ? Arithmetic::kMul
+                                                             : Arithmetic::kDiv;
+  static bool fused(const at::Tensor& a, const at::Tensor& b, const c10::Scalar& alpha) {
+    return !rejected(b, alpha) && fusedArithmetic(a, number(b) ? at::Tensor() : b, alpha);
+  }
+  static void launchFused(const at::Tensor& a, const at::Tensor& b, const c10::Scalar& alpha, const at::Tensor& out) {
+    const bool num = number(b);
+    launchArithmetic(kArithmetic, a, num ? at::Tensor() : b, num ? b.item<double>() : 0.0, alpha, out);
+  }
+
   static at::Tensor call(const at::Tensor& a, const at::Tensor& b, const c10::Scalar& alpha) {
+    if (fused(a, b, alpha)) {
+      c10::DeviceGuard guard(a.device());
+      at::Tensor out = emptyDeviceLike(a);
+      launchFused(a, b, alpha, out);
+      return out;
+    }
     if (!plain(a, b, alpha)) {
       if constexpr (kAlpha) return boxedFallbackCall(functional(), {a, b, alpha});
       else return boxedFallbackCall(functional(), {a, b});
@@ -706,8 +735,13 @@ struct Binary {
 
   static at::Tensor& callInplace(at::Tensor& self, const at::Tensor& other, const c10::Scalar& alpha) {
     // operands that partly overlap raise (CPU's check, at the call): boxed
-    if (!plain(self, other, alpha) ||
-        (!number(other) && at::get_overlap_status(self, other) == at::MemOverlapStatus::Partial)) {
+    const bool partial = !number(other) && at::get_overlap_status(self, other) == at::MemOverlapStatus::Partial;
+    if (!partial && fused(self, other, alpha)) {
+      c10::DeviceGuard guard(self.device());
+      launchFused(self, other, alpha, self);
+      return self;
+    }
+    if (!plain(self, other, alpha) || partial) {
       if constexpr (kAlpha) boxedFallbackCall(inplace(), {self, other, alpha});
       else boxedFallbackCall(inplace(), {self, other});
       return self;

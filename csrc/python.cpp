@@ -14,6 +14,7 @@
 #include "common.h"
 #include "low_precision.h"
 #include "low_precision_activations.h"
+#include "low_precision_arithmetic.h"
 #include "low_precision_comparisons.h"
 #include "low_precision_reductions.h"
 #include "plan_cache.h"
@@ -156,6 +157,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_fused_activation_calls", &openmtia::fusedActivationCalls);
   m.def("_fused_reduction_calls", &openmtia::fusedReductionCalls);
   m.def("_fused_comparison_calls", &openmtia::fusedComparisonCalls);
+  m.def("_fused_arithmetic_calls", &openmtia::fusedArithmeticCalls);
   m.def("_activation_isa", [] {
     const auto isa = openmtia::kernelIsa();
     return isa == openmtia::KernelIsa::kAvx512 ? "avx512" : isa == openmtia::KernelIsa::kAvx2 ? "avx2" : "none";

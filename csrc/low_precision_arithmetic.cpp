@@ -1,0 +1,59 @@
+// bf16/fp16 add, sub, mul and div (see low_precision_arithmetic.h).
+#include "low_precision_arithmetic.h"
+
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+
+#include <atomic>
+
+#include "common.h"
+#include "low_precision.h"
+
+namespace openmtia {
+namespace {
+
+std::atomic<int64_t> g_calls{0};
+
+}  // namespace
+
+bool fusedArithmetic(const at::Tensor& a, const at::Tensor& b, const c10::Scalar& alpha) {
+  if (kernelIsa() == KernelIsa::kNone || alpha.isComplex() || !loopOperand(a)) return false;
+  if (b.defined() && (!loopOperand(b) || b.scalar_type() != a.scalar_type() || b.device() != a.device() ||
+                      !b.sizes().equals(a.sizes())))
+    return false;
+  return activationPath(a.scalar_type(), /*onednn=*/false) == LowPrecisionPath::kFloat32 &&
+         !isCapturing(a.device().index());
+}
+
+void launchArithmetic(Arithmetic kind, const at::Tensor& a, const at::Tensor& b, double number,
+                      const c10::Scalar& alpha, const at::Tensor& out) {
+  static const char* const kNames[] = {"aten::add", "aten::sub", "aten::mul", "aten::div"};
+  const bool bf16 = a.scalar_type() == at::kBFloat16;
+  // as CPU's kernels take them: alpha, and the number of add and sub, rounded
+  // to the dtype (mul and div: the number in float32)
+  auto inDtype = [bf16](double v) {
+    const auto f = static_cast<float>(v);
+    return bf16 ? static_cast<float>(c10::BFloat16(f)) : static_cast<float>(c10::Half(f));
+  };
+  const bool additive = kind == Arithmetic::kAdd || kind == Arithmetic::kSub;
+  const float s = !b.defined() && additive ? inDtype(number) : static_cast<float>(number);
+  const float f = inDtype(alpha.toDouble());
+  g_calls.fetch_add(1, std::memory_order_relaxed);
+  const auto* x = static_cast<const uint16_t*>(a.data_ptr());
+  const auto* y = b.defined() ? static_cast<const uint16_t*>(b.data_ptr()) : nullptr;
+  auto* o = static_cast<uint16_t*>(out.data_ptr());
+  const int64_t n = a.numel();
+  launchOnCurrentStream(a.device().index(), kNames[static_cast<int>(kind)], [=] {
+    const int64_t work = n * (y ? 3 : 2);
+    useKernelThreads(work);
+    auto range = [&](int64_t begin, int64_t end) {
+      arithmeticLoop(kind, bf16, x + begin, y ? y + begin : nullptr, s, f, o + begin, end - begin);
+    };
+    if (work < kParallelWork) range(0, n);
+    else forEachThread(n, range);
+  });
+}
+
+int64_t fusedArithmeticCalls() { return g_calls.load(); }
+
+}  // namespace openmtia

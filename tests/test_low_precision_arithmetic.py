@@ -1,0 +1,164 @@
+"""bf16/fp16 add, sub, mul, div (csrc/low_precision_arithmetic.h) through
+the vector loops (AVX2 and, on hosts with it, AVX-512) and through CPU's
+kernels (OPENMTIA_LOW_PRECISION=native, or no ISA), against CPU PyTorch."""
+import operator
+
+import pytest
+import torch
+
+import openmtia
+
+C = openmtia._C
+LOW = [torch.bfloat16, torch.float16]
+HOST_AVX512 = all(f in open("/proc/cpuinfo").read().split() for f in ("avx512f", "avx512bw"))
+MODES = ["float32-avx2"] + (["float32-avx512"] if HOST_AVX512 else []) + ["native", "float32-none"]
+GRAIN = 32768
+SIZES = [GRAIN + k for k in (1, 7, 15, 16, 17, 31, 33)] + [C._parallel_work() // 2 + 999]
+
+
+@pytest.fixture(params=MODES)
+def mode(request):
+    mode, _, isa = request.param.partition("-")
+    before, before_isa = C._low_precision_mode(), C._activation_isa()
+    C._set_low_precision_mode(mode)
+    if isa:
+        C._set_activation_isa(isa)
+    yield "fused" if mode == "float32" and isa != "none" else "cpu"
+    C._set_activation_isa(before_isa)
+    C._set_low_precision_mode(before)
+
+
+def on_mtia(mode, f, *args, fused=True):
+    n = C._fused_arithmetic_calls()
+    got = f(*[a.to("mtia") if isinstance(a, torch.Tensor) else a for a in args])
+    torch.mtia.synchronize()
+    assert C._fused_arithmetic_calls() - n == (1 if mode == "fused" and fused else 0)
+    assert got.device.type == "mtia"
+    return got.cpu()
+
+
+def same_bits(x, y):
+    return torch.equal(x.isnan(), y.isnan()) and torch.equal(x[~x.isnan()].view(torch.int16),
+                                                              y[~y.isnan()].view(torch.int16))
+
+
+def operands(n, dtype, seed):
+    g = torch.Generator().manual_seed(seed)
+    return ((torch.randn(n, generator=g) * 3).to(dtype), (torch.randn(n, generator=g) * 3).to(dtype))
+
+
+# (name, mtia/CPU call, the float32 formula CPU's vectorized loop computes)
+TENSOR_CASES = {
+    "add": (lambda a, b: a + b, lambda a, b: a + b),
+    "sub": (lambda a, b: a - b, lambda a, b: a - b),
+    "mul": (lambda a, b: a * b, lambda a, b: a * b),
+    "div": (lambda a, b: a / b, lambda a, b: a / b),
+    # alpha rounded to the dtype (CPU's), then one fused multiply-add
+    "add_alpha": (lambda a, b: torch.add(a, b, alpha=0.3), lambda a, b: fma(b, 0.3, a)),
+    "sub_alpha": (lambda a, b: torch.sub(a, b, alpha=1 / 3), lambda a, b: fma(b, -1 / 3, a)),
+}
+
+
+def fma(b, alpha, a):
+    """round_float32(a + round_dtype(alpha) * b), b and a float32 holding dtype values"""
+    return (a.double() + torch.tensor(alpha).to(DTYPE[0]).double() * b.double()).float()
+
+
+DTYPE = [None]
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("case", sorted(TENSOR_CASES))
+def test_tensor_tensor(case, n, dtype, mode):
+    f, formula = TENSOR_CASES[case]
+    DTYPE[0] = dtype
+    for seed in (0, 1):  # first and later calls
+        a, b = operands(n, dtype, seed)
+        got, cpu = on_mtia(mode, f, a, b), f(a, b)
+        assert got.dtype == dtype and got.shape == cpu.shape
+        if mode == "fused":  # float32, one rounding (a fused multiply-add for alpha): CPU's vector loop
+            assert same_bits(got, formula(a.float(), b.float()).to(dtype))
+        if "alpha" not in case:  # alpha 1: CPU's results bit for bit
+            assert same_bits(got, cpu)
+        else:  # CPU's scalar tails round alpha * b apart: within a rounding of the terms' size
+            scale = (a.float().abs() + b.float().abs()) * torch.finfo(dtype).eps * 2
+            assert ((got.float() - cpu.float()).abs() <= scale).all()
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+@pytest.mark.parametrize("number", [0.1, 1 / 3, 3, -2, 1e-3, 1e5, 0.0])
+def test_tensor_number_bits_as_cpu(number, dtype, mode):
+    # add/sub take the number rounded to the dtype, mul/div in float32 (CPU's)
+    a, _ = operands(GRAIN + 77, dtype, 2)
+    ops = (("add", operator.add), ("sub", operator.sub), ("mul", operator.mul), ("div", operator.truediv))
+    for name, f in ops + (("add_true", lambda t, s: t + True), ("mul_true", lambda t, s: t * True)):
+        got, cpu = on_mtia(mode, lambda t: f(t, number), a), f(a, number)
+        assert got.dtype == cpu.dtype == dtype
+        assert same_bits(got, cpu), (name, number)
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+def test_in_place_forms(dtype, mode):
+    a, b = operands(GRAIN + 5, dtype, 3)
+    for name, f in (("add_", lambda x, y: x.add_(y)), ("sub_", lambda x, y: x.sub_(y, alpha=1)),
+                    ("mul_", lambda x, y: x.mul_(y)), ("div_", lambda x, y: x.div_(y)),
+                    ("add_number", lambda x, y: x.add_(1e-2)), ("mul_number", lambda x, y: x.mul_(0.999)),
+                    ("self", lambda x, y: x.add_(x))):
+        m, mb = a.to("mtia"), b.to("mtia")
+        ptr, version = m.data_ptr(), m._version
+        n = C._fused_arithmetic_calls()
+        r = f(m, mb)
+        torch.mtia.synchronize()
+        assert C._fused_arithmetic_calls() - n == (1 if mode == "fused" else 0), name
+        assert r is m and m.data_ptr() == ptr and m._version == version + 1, name
+        assert same_bits(m.cpu(), f(a.clone(), b)), name
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+def test_specials(dtype, mode):
+    special = [0.0, -0.0, float("inf"), -float("inf"), float("nan"), 1.0, -1.0, torch.finfo(dtype).max,
+               -torch.finfo(dtype).max, torch.finfo(dtype).tiny, 1e-40, 3.0]
+    a = torch.tensor(special * 3000).to(dtype)
+    b = torch.tensor((special[5:] + special[:5]) * 3000).to(dtype)
+    for f in (operator.add, operator.sub, operator.mul, operator.truediv):
+        got, cpu = on_mtia(mode, f, a, b), f(a, b)
+        assert same_bits(got, cpu)  # overflow to inf, inf - inf, 0 / 0, signed zeros
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+def test_calls_the_loops_do_not_take_match_cpu(dtype, mode):
+    a, b = (t.view(300, 200) for t in operands(300 * 200, dtype, 4))
+    cases = [
+        (operator.add, a[:10], b[:10]),  # small: CPU's kernel, bit for bit
+        (operator.mul, a.t(), b.t()),  # not contiguous
+        (operator.add, a, b.float()),  # mixed dtypes: float32 result
+        (operator.sub, a, b[:1]),  # broadcast
+        (lambda x, y: x * (1 + 2j), a, b),  # a complex number
+        (lambda x, y: torch.add(x, y, alpha=2), a, torch.ones(300, 200, dtype=dtype)),
+    ]
+    for i, (f, x, y) in enumerate(cases):
+        got, cpu = on_mtia(mode, f, x, y, fused=i == 5), f(x, y)
+        assert got.dtype == cpu.dtype and got.shape == cpu.shape
+        torch.testing.assert_close(got, cpu, msg=str(i))
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+def test_errors_raise_at_the_call_as_on_cpu(dtype, mode):
+    a, b = operands(GRAIN + 5, dtype, 5)
+    c = b[:-1]
+    for f in (lambda x, y: x + y, lambda x, y: x.add_(y), lambda x, y: torch.add(x, y, alpha=1.5j),
+              lambda x, y: torch.add(x, x, alpha=1.5j), lambda x, y: torch.add(x, x, alpha=True),
+              lambda x, y: x - True, lambda x, y: x.sub_(True), lambda x, y: x[:10] - True,
+              lambda x, y: torch.sub(x[:10], x[:10], alpha=True)):
+        with pytest.raises(RuntimeError) as cpu_error:
+            f(a.clone(), c)
+        with pytest.raises(RuntimeError) as mtia_error:
+            f(a.to("mtia"), c.to("mtia"))
+        assert str(mtia_error.value) == str(cpu_error.value)
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        a.to("mtia") * b
+    with pytest.raises(RuntimeError, match="unsupported operation"):  # partly overlapping in-place operands
+        m = torch.cat([a, a]).to("mtia")
+        m[1:GRAIN + 6].add_(m[:GRAIN + 5])
+    assert same_bits(on_mtia(mode, operator.mul, a, b), a * b)  # the device stays usable

@@ -217,6 +217,21 @@ def lp_silu(device, dtype):
     return lambda: torch.nn.functional.silu(x)
 
 
+def lp_add(device, dtype):
+    a, b = (torch.randn(1 << 20, device=device, dtype=dtype) for _ in range(2))
+    return lambda: a + b
+
+
+def lp_compare(device, dtype):
+    a, b = (torch.randn(1 << 20, device=device, dtype=dtype) for _ in range(2))
+    return lambda: a > b
+
+
+def lp_mean(device, dtype):
+    x = torch.randn(1 << 20, device=device, dtype=dtype)
+    return lambda: x.mean()
+
+
 LOW_PRECISION_CASES = [
     # name, factory, low dtypes, inner iterations
     ("mm 256x512 @ 512x512", lp_mm, (torch.bfloat16, torch.float16), 5),
@@ -226,6 +241,9 @@ LOW_PRECISION_CASES = [
     ("gelu, 1M elements", lp_gelu, (torch.bfloat16, torch.float16), 5),
     ("gelu backward, 1M elements", lp_gelu_backward, (torch.bfloat16, torch.float16), 5),
     ("silu, 1M elements", lp_silu, (torch.bfloat16, torch.float16), 5),
+    ("add, 1M elements", lp_add, (torch.bfloat16, torch.float16), 5),
+    ("x > y, 1M elements", lp_compare, (torch.bfloat16, torch.float16), 5),
+    ("mean, 1M elements", lp_mean, (torch.bfloat16, torch.float16), 5),
 ]
 LOW_PRECISION_TARGET = 1.1  # mtia low-precision time / mtia float32 time
 

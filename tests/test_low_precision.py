@@ -10,6 +10,8 @@ import torch.nn.functional as F
 
 import openmtia
 
+import low_precision_setting
+
 C = openmtia._C
 LOW = [torch.bfloat16, torch.float16]
 MODES = ["float32", "native"]
@@ -333,10 +335,7 @@ def test_batched_matrix_ops_chunked_match_cpu(case, dtype, mode):
         assert took == (1 if expected else 0) or (call == 0 and took == 0), (took, expected)
 
 
-HOST_AVX512 = all(f in open("/proc/cpuinfo").read().split() for f in ("avx512f", "avx512bw"))
-
-
-@pytest.mark.parametrize("isa", ["avx2"] + (["avx512"] if HOST_AVX512 else []) + ["none"])
+@pytest.mark.parametrize("isa", ["avx2"] + (["avx512"] if low_precision_setting.HOST_AVX512 else []) + ["none"])
 @pytest.mark.parametrize("dtype", LOW, ids=str)
 def test_chunked_conversions_keep_specials_and_tails(dtype, isa):
     """The chunked path converts with the fused kernel's loops (ISA avx2 or

@@ -11,13 +11,13 @@ import torch.nn.functional as F
 
 import openmtia
 
+import low_precision_setting
+
 C = openmtia._C
 A = torch.ops.aten
 LOW = [torch.bfloat16, torch.float16]
 # the fused kernel at 8 lanes (AVX2) and 16 (AVX-512: only where the host
 # has it, so that a host without it runs every test it lists), and CPU's
-HOST_AVX512 = all(f in open("/proc/cpuinfo").read().split() for f in ("avx512f", "avx512bw"))
-MODES = ["float32-avx2"] + (["float32-avx512"] if HOST_AVX512 else []) + ["native"]
 # sizes around the 32- and 16-element blocks (above the small-op path's
 # 32768), and one that runs on every thread (a transcendental element counts
 # as a quarter of a matrix op's: low_precision_activations.cpp)
@@ -39,16 +39,10 @@ OPS = {
 GELU_OPS = ("gelu", "gelu_tanh", "gelu_backward", "gelu_tanh_backward")
 
 
-@pytest.fixture(params=MODES)
+@pytest.fixture(params=low_precision_setting.modes(none=False))
 def mode(request):
-    mode, _, isa = request.param.partition("-")
-    before, before_isa = C._low_precision_mode(), C._activation_isa()
-    C._set_low_precision_mode(mode)
-    if isa:
-        C._set_activation_isa(isa)
-    yield mode
-    C._set_activation_isa(before_isa)
-    C._set_low_precision_mode(before)
+    for mode, _ in low_precision_setting.setting(request.param):
+        yield mode
 
 
 def fused_calls(mode, f, expect=True):
@@ -207,7 +201,7 @@ def test_the_path_and_isa_follow_the_mode_the_host_and_atens_capability():
     assert run() == [n, n, n, n, n, n, "avx2"]
     env["OPENMTIA_LOW_PRECISION"] = "float32"
     env.pop("ATEN_CPU_CAPABILITY")
-    isa = "avx512" if HOST_AVX512 and torch.backends.cpu.get_cpu_capability().startswith("AVX512") else "avx2"
+    isa = "avx512" if low_precision_setting.HOST_AVX512 and torch.backends.cpu.get_cpu_capability().startswith("AVX512") else "avx2"
     assert run() == [f, f, f, f, n, n, isa]
     # auto: CPU's oneDNN gelu where the dtype is native here, the fused kernel else
     env["OPENMTIA_LOW_PRECISION"] = "auto"
@@ -227,7 +221,7 @@ def test_a_host_without_the_instructions_keeps_cpus_kernels(dtype):
         x = (torch.randn(GRAIN + 1000) * 3).to(dtype)
         mtia = fused_calls("native", lambda: F.gelu(x.to("mtia")))
         torch.testing.assert_close(mtia.cpu(), F.gelu(x))
-        if not HOST_AVX512:
+        if not low_precision_setting.HOST_AVX512:
             with pytest.raises(RuntimeError, match="this host cannot run the AVX-512 activation kernel"):
                 C._set_activation_isa("avx512")
     finally:

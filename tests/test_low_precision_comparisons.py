@@ -9,10 +9,10 @@ import torch
 
 import openmtia
 
+import low_precision_setting
+
 C = openmtia._C
 LOW = [torch.bfloat16, torch.float16]
-HOST_AVX512 = all(f in open("/proc/cpuinfo").read().split() for f in ("avx512f", "avx512bw"))
-MODES = ["float32-avx2"] + (["float32-avx512"] if HOST_AVX512 else []) + ["native", "float32-none"]
 GRAIN = 32768
 SIZES = [GRAIN + k for k in (1, 7, 15, 16, 17, 33)] + [C._parallel_work() + 999]
 OPS = {"lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": operator.ge, "eq": operator.eq,
@@ -20,23 +20,14 @@ OPS = {"lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": operator.g
 FUNCS = {"lt": torch.lt, "le": torch.le, "gt": torch.gt, "ge": torch.ge, "eq": torch.eq, "ne": torch.ne}
 
 
-@pytest.fixture(params=MODES)
+@pytest.fixture(params=low_precision_setting.modes())
 def mode(request):
-    mode, _, isa = request.param.partition("-")
-    before, before_isa = C._low_precision_mode(), C._activation_isa()
-    C._set_low_precision_mode(mode)
-    if isa:
-        C._set_activation_isa(isa)
-    yield "fused" if mode == "float32" and isa != "none" else "cpu"
-    C._set_activation_isa(before_isa)
-    C._set_low_precision_mode(before)
+    for setting in low_precision_setting.setting(request.param):
+        yield "fused" if low_precision_setting.fused(*setting) else "cpu"
 
 
 def check(mode, f, *args, fused=True):
-    n = C._fused_comparison_calls()
-    got = f(*[a.to("mtia") if isinstance(a, torch.Tensor) else a for a in args])
-    torch.mtia.synchronize()
-    assert C._fused_comparison_calls() - n == (1 if mode == "fused" and fused else 0)
+    got = low_precision_setting.on_mtia(C._fused_comparison_calls, 1 if mode == "fused" and fused else 0, f, *args)
     want = f(*args)
     assert got.device.type == "mtia" and got.dtype == torch.bool and got.shape == want.shape
     assert torch.equal(got.cpu(), want)

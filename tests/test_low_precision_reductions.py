@@ -7,10 +7,10 @@ import torch
 
 import openmtia
 
+import low_precision_setting
+
 C = openmtia._C
 LOW = [torch.bfloat16, torch.float16]
-HOST_AVX512 = all(f in open("/proc/cpuinfo").read().split() for f in ("avx512f", "avx512bw"))
-MODES = ["float32-avx2"] + (["float32-avx512"] if HOST_AVX512 else []) + ["native", "float32-none"]
 GRAIN = 32768
 # around the 16-lane vectors and the 64-vector blocks, and one size whose
 # ranges run on every thread
@@ -30,16 +30,10 @@ OPS = {
 EXACT = ("amax", "amin")  # the result is one of the elements
 
 
-@pytest.fixture(params=MODES)
+@pytest.fixture(params=low_precision_setting.modes())
 def mode(request):
-    mode, _, isa = request.param.partition("-")
-    before, before_isa = C._low_precision_mode(), C._activation_isa()
-    C._set_low_precision_mode(mode)
-    if isa:
-        C._set_activation_isa(isa)
-    yield "fused" if mode == "float32" and isa != "none" else "cpu"
-    C._set_activation_isa(before_isa)
-    C._set_low_precision_mode(before)
+    for setting in low_precision_setting.setting(request.param):
+        yield "fused" if low_precision_setting.fused(*setting) else "cpu"
 
 
 def run(mode, f, x, fused=True):

@@ -9,6 +9,7 @@
 #include <immintrin.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 
 #include "common.h"
@@ -72,9 +73,35 @@ void setKernelIsa(KernelIsa want) {
   isa() = want;
 }
 
+namespace {
+
+std::atomic<int64_t>& loopMin() {
+  static std::atomic<int64_t> v{[]() -> int64_t {
+    const char* s = std::getenv("OPENMTIA_LOOP_MIN_ELEMENTS");
+    if (!s || !*s) return at::internal::GRAIN_SIZE;
+    char* end = nullptr;
+    const long long n = std::strtoll(s, &end, 10);
+    if (*end || n < 0) {
+      TORCH_WARN("ignoring OPENMTIA_LOOP_MIN_ELEMENTS='", s, "' (a number of elements >= 0)");
+      return at::internal::GRAIN_SIZE;
+    }
+    return n;
+  }()};
+  return v;
+}
+
+}  // namespace
+
+int64_t loopMinElements() { return loopMin().load(); }
+
+void setLoopMinElements(int64_t n) {
+  TORCH_CHECK(n >= 0, "the loops' minimum must be >= 0, not ", n);
+  loopMin() = n;
+}
+
 bool loopOperand(const at::Tensor& t) {
-  return t.defined() && t.device().type() == kMTIA && isLowPrecision(t.scalar_type()) &&
-         t.numel() > at::internal::GRAIN_SIZE && t.is_contiguous() && !t.is_neg() && !t.is_conj();
+  return t.defined() && t.device().type() == kMTIA && isLowPrecision(t.scalar_type()) && t.numel() > 0 &&
+         t.numel() > loopMin().load(std::memory_order_relaxed) && t.is_contiguous() && !t.is_neg() && !t.is_conj();
 }
 
 void activationLoop(Activation kind, bool bf16, const uint16_t* x, const uint16_t* g, uint16_t* out, int64_t n) {

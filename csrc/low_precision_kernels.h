@@ -38,9 +38,15 @@ KernelIsa kernelIsa();
 void setKernelIsa(KernelIsa isa);  // raises if the host cannot run it
 
 // A tensor the loops take: a bf16/fp16 mtia tensor, contiguous, no neg/conj
-// bit, of more than GRAIN_SIZE (32768) elements (smaller ones are the
+// bit, of more than loopMinElements() elements (smaller ones are the
 // small-op path's, which keeps CPU's bits: pointwise.cpp).
 bool loopOperand(const at::Tensor& t);
+// GRAIN_SIZE (32768) by default, OPENMTIA_LOOP_MIN_ELEMENTS at start: 0
+// sends every such tensor through the loops, so that PyTorch's OpInfo
+// samples (all smaller) check them (OPENMTIA_LOOP_MIN_ELEMENTS=0
+// conformance/run.py ...).
+int64_t loopMinElements();
+void setLoopMinElements(int64_t n);
 
 // out[i] = kind(x[i]) (or kind(g[i], x[i])) for n elements, on the calling
 // thread; out may be x.

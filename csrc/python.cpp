@@ -16,6 +16,7 @@
 #include "low_precision_activations.h"
 #include "low_precision_arithmetic.h"
 #include "low_precision_comparisons.h"
+#include "low_precision_kernels.h"
 #include "low_precision_reductions.h"
 #include "plan_cache.h"
 
@@ -158,6 +159,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("_fused_reduction_calls", &openmtia::fusedReductionCalls);
   m.def("_fused_comparison_calls", &openmtia::fusedComparisonCalls);
   m.def("_fused_arithmetic_calls", &openmtia::fusedArithmeticCalls);
+  m.def("_loop_min_elements", &openmtia::loopMinElements);
+  m.def("_set_loop_min_elements", &openmtia::setLoopMinElements);
   m.def("_activation_isa", [] {
     const auto isa = openmtia::kernelIsa();
     return isa == openmtia::KernelIsa::kAvx512 ? "avx512" : isa == openmtia::KernelIsa::kAvx2 ? "avx2" : "none";

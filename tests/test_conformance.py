@@ -6,6 +6,7 @@ one that now passes, on a crashed op, and below the targets (float32: 98% of
 executed forward samples, 95% of backward samples).
 """
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -37,3 +38,18 @@ def test_conformance_full_run(tmp_path):
     assert rate("backward", "float32") >= 0.95
     for dtype in ("complex64", "int32", "uint8", "bfloat16"):
         assert rate("forward", dtype) >= 0.98, dtype
+
+
+@pytest.mark.timeout(900)
+def test_opinfo_through_the_low_precision_loops(tmp_path):
+    """bf16/fp16 with OPENMTIA_LOOP_MIN_ELEMENTS=0: every sample the vector
+    loops take (OpInfo's are all below their default 32768 elements) runs
+    through them (csrc/low_precision_kernels.h): no failure beyond the known
+    ones (100 s on 2 cores)."""
+    env = dict(os.environ, OPENMTIA_LOOP_MIN_ELEMENTS="0")
+    r = subprocess.run([sys.executable, str(ROOT / "conformance" / "run.py"), "--dtypes", "bfloat16,float16",
+                        "--out", str(tmp_path)], capture_output=True, text=True, timeout=850, env=env)
+    print(r.stdout[-3000:])
+    assert r.returncode == 0, r.stdout[-5000:] + r.stderr[-3000:]
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert len(results) > 600 and not any(x.get("crash") or x.get("internal_error") for x in results)

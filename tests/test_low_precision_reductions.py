@@ -2,6 +2,10 @@
 sum, mean, amax and amin through the vector loops (AVX2 and, on hosts with
 it, AVX-512) and through CPU's kernels (OPENMTIA_LOW_PRECISION=native, or no
 ISA), against CPU PyTorch in the same dtype."""
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -158,3 +162,21 @@ def test_every_element_counts(dtype, mode):
             x[pos] = -3
             got, want = run(mode, OPS["amin"], x)
             assert torch.equal(got, want) and got.item() == -3, (n, pos)
+
+
+def test_loop_minimum_from_the_environment():
+    # OPENMTIA_LOOP_MIN_ELEMENTS=0: tensors of any size take the loops (the
+    # conformance run of tests/test_conformance.py relies on it); a bad value
+    # warns and keeps the default
+    code = ("import torch, openmtia; C = openmtia._C; x = torch.randn(10, dtype=torch.bfloat16, device='mtia'); "
+            "n = C._fused_reduction_calls(), C._fused_arithmetic_calls(); y = (x.sum(), x + x); "
+            "torch.mtia.synchronize(); "
+            "print(C._loop_min_elements(), C._fused_reduction_calls() - n[0], C._fused_arithmetic_calls() - n[1])")
+    run = lambda v: subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                                   env=dict(os.environ, OPENMTIA_LOOP_MIN_ELEMENTS=v))
+    assert run("0").stdout.split() == ["0", "1", "1"]
+    r = run("-5")
+    assert r.stdout.split() == [str(GRAIN), "0", "0"]
+    assert "ignoring OPENMTIA_LOOP_MIN_ELEMENTS='-5'" in r.stderr
+    with pytest.raises(RuntimeError, match="the loops' minimum must be >= 0, not -1"):
+        C._set_loop_min_elements(-1)

@@ -245,17 +245,15 @@ std::atomic<int64_t> g_batched_calls{0};
 // Whether `c` runs chunked: entries enough to share evenly among the
 // threads (else the whole-tensor path, whose float32 kernel is parallel
 // inside one entry).
-bool chunked(const BatchedCall& c, int64_t work) {
-  const int64_t n = c.a.size(0);
-  const int64_t threads = work < kParallelWork ? 1 : at::get_num_threads();
+// (The task's threads: one below kParallelWork, useKernelThreads.)
+bool chunked(const BatchedCall& c) {
+  const int64_t n = c.a.size(0), threads = at::get_num_threads();
   return n % threads == 0 || n >= 4 * threads;
 }
 
-void runBatched(const BatchedCall& c, int64_t work) {
+void runBatched(const BatchedCall& c) {
   g_batched_calls.fetch_add(1, std::memory_order_relaxed);
-  const int64_t n = c.a.size(0);
-  if (work < kParallelWork) return runEntries(c, 0, n);
-  forEachThread(n, [&](int64_t begin, int64_t end) { runEntries(c, begin, end); });
+  forEachThread(c.a.size(0), [&](int64_t begin, int64_t end) { runEntries(c, begin, end); });
 }
 
 }  // namespace
@@ -268,9 +266,9 @@ void callCpuKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, bool
   g_float32_calls.fetch_add(1, std::memory_order_relaxed);
   if (work) {
     auto batched = batchedCall(op, *stack);
-    if (batched && chunked(*batched, work)) {
+    if (batched && chunked(*batched)) {
       ResultPlacement none({});  // (no result of the kernel's is an output here)
-      runBatched(*batched, work);
+      runBatched(*batched);
       const size_t nargs = op.schema().arguments().size();
       const at::Tensor out = batched->out;
       stack->erase(stack->end() - nargs, stack->end());

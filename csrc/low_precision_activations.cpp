@@ -3,18 +3,13 @@
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/EmptyTensor.h>
-#include <ATen/TensorIterator.h>
-#include <ATen/Version.h>
-#include <ATen/ops/from_blob.h>
 #include <torch/library.h>
 
 #include <atomic>
-#include <cstring>
 #include <string>
 #include <unordered_set>
 
 #include "common.h"
-#include "low_precision.h"
 
 namespace openmtia {
 namespace {
@@ -67,12 +62,7 @@ at::Tensor sigmoidBackward(const at::Tensor& grad, const at::Tensor& y) {
 }  // namespace
 
 bool fusedActivation(Activation kind, const at::Tensor& x, const at::Tensor& grad) {
-  if (kernelIsa() == KernelIsa::kNone || !loopOperand(x)) return false;
-  if (grad.defined() && (!loopOperand(grad) || grad.scalar_type() != x.scalar_type() ||
-                         grad.device() != x.device() || !grad.sizes().equals(x.sizes())))
-    return false;
-  const bool onednn = kind == Activation::kGelu || kind == Activation::kGeluBackward;
-  return activationPath(x.scalar_type(), onednn) == LowPrecisionPath::kFloat32 && !isCapturing(x.device().index());
+  return loopsTake(x, grad, /*onednn=*/kind == Activation::kGelu || kind == Activation::kGeluBackward);
 }
 
 void launchActivation(Activation kind, const at::Tensor& x, const at::Tensor& grad, const at::Tensor& out) {
@@ -93,23 +83,9 @@ void launchActivation(Activation kind, const at::Tensor& x, const at::Tensor& gr
     const bool memory_bound = kind == Activation::kSquare || kind == Activation::kRelu;
     const int64_t work = memory_bound ? n : n * (kDenseWorkScale / 4);
     useKernelThreads(work);
-    if (work < kParallelWork) return activationLoop(kind, bf16, xp, gp, op, n);
-    // In parallel through ATen's OpenMP team (at::parallel_for is inline,
-    // and this file is not built with OpenMP): a TensorIterator's for_each
-    // over the 1-D operands hands out contiguous ranges.
-    const auto opts = at::TensorOptions().dtype(bf16 ? at::kBFloat16 : at::kHalf);
-    const at::Tensor ho = at::from_blob(op, {n}, opts), hx = at::from_blob(const_cast<uint16_t*>(xp), {n}, opts);
-    at::TensorIteratorConfig config;
-    config.add_output(ho).add_const_input(hx);
-    const at::Tensor hg = gp ? at::from_blob(const_cast<uint16_t*>(gp), {n}, opts) : at::Tensor();
-    if (gp) config.add_const_input(hg);
-    at::TensorIterator iter = config.resize_outputs(false).build();
-    iter.for_each(
-        [&](char** data, const int64_t*, int64_t size) {
-          activationLoop(kind, bf16, reinterpret_cast<const uint16_t*>(data[1]),
-              gp ? reinterpret_cast<const uint16_t*>(data[2]) : nullptr, reinterpret_cast<uint16_t*>(data[0]), size);
-        },
-        4096);
+    forEachThread(n, [&](int64_t begin, int64_t end) {
+      activationLoop(kind, bf16, xp + begin, gp ? gp + begin : nullptr, op + begin, end - begin);
+    });
   });
 }
 

@@ -1,13 +1,9 @@
 // bf16/fp16 add, sub, mul and div (see low_precision_arithmetic.h).
 #include "low_precision_arithmetic.h"
 
-#include <c10/util/BFloat16.h>
-#include <c10/util/Half.h>
-
 #include <atomic>
 
 #include "common.h"
-#include "low_precision.h"
 
 namespace openmtia {
 namespace {
@@ -17,12 +13,7 @@ std::atomic<int64_t> g_calls{0};
 }  // namespace
 
 bool fusedArithmetic(const at::Tensor& a, const at::Tensor& b, const c10::Scalar& alpha) {
-  if (kernelIsa() == KernelIsa::kNone || alpha.isComplex() || !loopOperand(a)) return false;
-  if (b.defined() && (!loopOperand(b) || b.scalar_type() != a.scalar_type() || b.device() != a.device() ||
-                      !b.sizes().equals(a.sizes())))
-    return false;
-  return activationPath(a.scalar_type(), /*onednn=*/false) == LowPrecisionPath::kFloat32 &&
-         !isCapturing(a.device().index());
+  return !alpha.isComplex() && loopsTake(a, b);
 }
 
 void launchArithmetic(Arithmetic kind, const at::Tensor& a, const at::Tensor& b, double number,
@@ -31,13 +22,9 @@ void launchArithmetic(Arithmetic kind, const at::Tensor& a, const at::Tensor& b,
   const bool bf16 = a.scalar_type() == at::kBFloat16;
   // as CPU's kernels take them: alpha, and the number of add and sub, rounded
   // to the dtype (mul and div: the number in float32)
-  auto inDtype = [bf16](double v) {
-    const auto f = static_cast<float>(v);
-    return bf16 ? static_cast<float>(c10::BFloat16(f)) : static_cast<float>(c10::Half(f));
-  };
   const bool additive = kind == Arithmetic::kAdd || kind == Arithmetic::kSub;
-  const float s = !b.defined() && additive ? inDtype(number) : static_cast<float>(number);
-  const float f = inDtype(alpha.toDouble());
+  const float s = !b.defined() && additive ? inDtype(number, bf16) : static_cast<float>(number);
+  const float f = inDtype(alpha.toDouble(), bf16);
   g_calls.fetch_add(1, std::memory_order_relaxed);
   const auto* x = static_cast<const uint16_t*>(a.data_ptr());
   const auto* y = b.defined() ? static_cast<const uint16_t*>(b.data_ptr()) : nullptr;
@@ -46,11 +33,9 @@ void launchArithmetic(Arithmetic kind, const at::Tensor& a, const at::Tensor& b,
   launchOnCurrentStream(a.device().index(), kNames[static_cast<int>(kind)], [=] {
     const int64_t work = n * (y ? 3 : 2);
     useKernelThreads(work);
-    auto range = [&](int64_t begin, int64_t end) {
+    forEachThread(n, [&](int64_t begin, int64_t end) {
       arithmeticLoop(kind, bf16, x + begin, y ? y + begin : nullptr, s, f, o + begin, end - begin);
-    };
-    if (work < kParallelWork) range(0, n);
-    else forEachThread(n, range);
+    });
   });
 }
 

@@ -2,13 +2,10 @@
 #include "low_precision_comparisons.h"
 
 #include <ATen/EmptyTensor.h>
-#include <c10/util/BFloat16.h>
-#include <c10/util/Half.h>
 
 #include <atomic>
 
 #include "common.h"
-#include "low_precision.h"
 
 namespace openmtia {
 namespace {
@@ -30,37 +27,24 @@ at::Tensor launch(Comparison kind, const at::Tensor& a, const uint16_t* b, float
   launchOnCurrentStream(a.device().index(), kNames[static_cast<int>(kind)], [=] {
     const int64_t work = n * (b ? 3 : 2) / 2;  // (elements read and written, a bool counting half)
     useKernelThreads(work);
-    auto range = [&](int64_t begin, int64_t end) {
+    forEachThread(n, [&](int64_t begin, int64_t end) {
       compareLoop(kind, bf16, x + begin, b ? b + begin : nullptr, s, o + begin, end - begin);
-    };
-    if (work < kParallelWork) range(0, n);
-    else forEachThread(n, range);
+    });
   });
   return out;
 }
 
 }  // namespace
 
-bool fusedComparison(const at::Tensor& a, const at::Tensor& b) {
-  if (kernelIsa() == KernelIsa::kNone || !loopOperand(a)) return false;
-  if (b.defined() && (!loopOperand(b) || b.scalar_type() != a.scalar_type() || b.device() != a.device() ||
-                      !b.sizes().equals(a.sizes())))
-    return false;
-  return activationPath(a.scalar_type(), /*onednn=*/false) == LowPrecisionPath::kFloat32 &&
-         !isCapturing(a.device().index());
-}
+bool fusedComparison(const at::Tensor& a, const at::Tensor& b) { return loopsTake(a, b); }
 
 at::Tensor fusedComparisonResult(Comparison kind, const at::Tensor& a, const at::Tensor& b) {
   return launch(kind, a, static_cast<const uint16_t*>(b.data_ptr()), 0.f);
 }
 
 at::Tensor fusedComparisonResult(Comparison kind, const at::Tensor& a, const c10::Scalar& b) {
-  // the number in the tensor's dtype first, as type promotion makes it: an
-  // unchecked cast through float, as CPU's (1e40 is inf in bf16, 70000 in fp16)
-  const auto f = static_cast<float>(b.toDouble());
-  const float s = a.scalar_type() == at::kBFloat16 ? static_cast<float>(c10::BFloat16(f))
-                                                   : static_cast<float>(c10::Half(f));
-  return launch(kind, a, nullptr, s);
+  // the number in the tensor's dtype first, as type promotion makes it
+  return launch(kind, a, nullptr, inDtype(b.toDouble(), a.scalar_type() == at::kBFloat16));
 }
 
 int64_t fusedComparisonCalls() { return g_calls.load(); }

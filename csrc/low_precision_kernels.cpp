@@ -4,7 +4,9 @@
 
 #include <ATen/TensorIterator.h>
 #include <ATen/Version.h>
+#include <c10/util/BFloat16.h>
 #include <c10/util/Exception.h>
+#include <c10/util/Half.h>
 
 #include <immintrin.h>
 
@@ -102,6 +104,19 @@ void setLoopMinElements(int64_t n) {
 bool loopOperand(const at::Tensor& t) {
   return t.defined() && t.device().type() == kMTIA && isLowPrecision(t.scalar_type()) && t.numel() > 0 &&
          t.numel() > loopMin().load(std::memory_order_relaxed) && t.is_contiguous() && !t.is_neg() && !t.is_conj();
+}
+
+bool loopsTake(const at::Tensor& a, const at::Tensor& b, bool onednn) {
+  if (kernelIsa() == KernelIsa::kNone || !loopOperand(a)) return false;
+  if (b.defined() && (!loopOperand(b) || b.scalar_type() != a.scalar_type() || b.device() != a.device() ||
+                      !b.sizes().equals(a.sizes())))
+    return false;
+  return activationPath(a.scalar_type(), onednn) == LowPrecisionPath::kFloat32 && !isCapturing(a.device().index());
+}
+
+float inDtype(double v, bool bf16) {
+  const auto f = static_cast<float>(v);
+  return bf16 ? static_cast<float>(c10::BFloat16(f)) : static_cast<float>(c10::Half(f));
 }
 
 void activationLoop(Activation kind, bool bf16, const uint16_t* x, const uint16_t* g, uint16_t* out, int64_t n) {

@@ -47,6 +47,14 @@ bool loopOperand(const at::Tensor& t);
 // conformance/run.py ...).
 int64_t loopMinElements();
 void setLoopMinElements(int64_t n);
+// Whether the loops take `a` (and `b`, if defined: a second operand of a's
+// dtype, device and sizes): loop operands, an ISA, activationPath(dtype,
+// onednn) kFloat32 (low_precision.h), no graph being captured on a's device.
+bool loopsTake(const at::Tensor& a, const at::Tensor& b = at::Tensor(), bool onednn = false);
+// v in the dtype (bf16 or fp16), back in float32: an unchecked cast through
+// float, as CPU's kernels take a number of the tensor's dtype (1e40 is inf in
+// bf16, 70000 in fp16).
+float inDtype(double v, bool bf16);
 
 // out[i] = kind(x[i]) (or kind(g[i], x[i])) for n elements, on the calling
 // thread; out may be x.

@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "common.h"
-#include "low_precision.h"
 #include "low_precision_kernels.h"
 
 namespace openmtia {
@@ -20,11 +19,7 @@ std::atomic<int64_t> g_calls{0};
 
 }  // namespace
 
-bool fusedReduction(const at::Tensor& x) {
-  return kernelIsa() != KernelIsa::kNone && loopOperand(x) &&
-         activationPath(x.scalar_type(), /*onednn=*/false) == LowPrecisionPath::kFloat32 &&
-         !isCapturing(x.device().index());
-}
+bool fusedReduction(const at::Tensor& x) { return loopsTake(x); }
 
 at::Tensor fusedReductionResult(Reduction kind, const at::Tensor& x, bool keepdim) {
   static const char* const kNames[] = {"aten::sum", "aten::mean", "aten::amax", "aten::amin"};
@@ -40,21 +35,18 @@ at::Tensor fusedReductionResult(Reduction kind, const at::Tensor& x, bool keepdi
   launchOnCurrentStream(x.device().index(), kNames[static_cast<int>(kind)], [=] {
     useKernelThreads(n);
     const bool sum = kind == Reduction::kSum || kind == Reduction::kMean, max = kind == Reduction::kMax;
-    // each thread's partial, combined in thread order
-    const int64_t threads = n < kParallelWork ? 1 : at::get_num_threads();
+    // each thread's partial, combined in thread order (one thread below
+    // kParallelWork: useKernelThreads)
+    const int64_t threads = at::get_num_threads();
     std::vector<double> sums(threads);
     std::vector<float> extrema(threads);
     auto range = [&](int64_t slot, int64_t begin, int64_t end) {
       if (sum) sums[slot] = sumLoop(bf16, xp + begin, end - begin);
       else extrema[slot] = extremumLoop(bf16, max, xp + begin, end - begin);
     };
-    if (threads == 1) {
-      range(0, 0, n);
-    } else {
-      forEachThread(threads, [&](int64_t first, int64_t last) {
-        for (int64_t t = first; t < last; ++t) range(t, n * t / threads, n * (t + 1) / threads);
-      });
-    }
+    forEachThread(threads, [&](int64_t first, int64_t last) {
+      for (int64_t t = first; t < last; ++t) range(t, n * t / threads, n * (t + 1) / threads);
+    });
     float r;
     if (sum) {
       double total = 0;

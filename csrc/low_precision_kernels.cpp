@@ -124,9 +124,16 @@ void activationLoop(Activation kind, bool bf16, const uint16_t* x, const uint16_
   else avx2::run(kind, bf16, x, g, out, n);
 }
 
-bool convertLowPrecision(const at::Tensor& dst, const at::Tensor& src) {
-  if (kernelIsa() == KernelIsa::kNone || dst.numel() != src.numel() || !dst.is_contiguous() || !src.is_contiguous())
+bool sameDenseLayout(const at::Tensor& a, const at::Tensor& b) {
+  if (!a.sizes().equals(b.sizes()) || !a.is_non_overlapping_and_dense() || !b.is_non_overlapping_and_dense())
     return false;
+  for (int64_t d = 0; d < a.dim(); ++d)
+    if (a.size(d) > 1 && a.stride(d) != b.stride(d)) return false;
+  return true;
+}
+
+bool convertLowPrecision(const at::Tensor& dst, const at::Tensor& src) {
+  if (kernelIsa() == KernelIsa::kNone || !sameDenseLayout(dst, src)) return false;
   const int64_t n = src.numel();
   if (dst.scalar_type() == at::kFloat && isLowPrecision(src.scalar_type())) {
     const bool bf16 = src.scalar_type() == at::kBFloat16;

@@ -60,13 +60,18 @@ float inDtype(double v, bool bf16);
 // thread; out may be x.
 void activationLoop(Activation kind, bool bf16, const uint16_t* x, const uint16_t* g, uint16_t* out, int64_t n);
 
-// dst = src for a contiguous bf16/fp16 `src` and float32 `dst` (widened
-// exactly) or the reverse (rounded to nearest even), on the calling thread;
-// false (nothing done) for other dtypes or layouts, or ISA kNone: the
-// caller copies. (The float32 path's conversions of operands in cache:
+// dst = src for a bf16/fp16 `src` and float32 `dst` (widened exactly) or
+// the reverse (rounded to nearest even), on the calling thread, where both
+// are dense in memory with the same layout (sameDenseLayout: contiguous, or
+// a transposed operand and its float32 stand-in); false (nothing done) for
+// other dtypes or layouts, or ISA kNone: the caller copies. (The float32 path's conversions of operands in cache:
 // ATen's copy_ costs a few microseconds of set-up a call, and its loops are
 // slower there.)
 bool convertLowPrecision(const at::Tensor& dst, const at::Tensor& src);
+// Whether `a` and `b` are non-overlapping and dense with the same sizes and
+// strides (those of size-1 dims aside): element i of each is then the i-th
+// of its memory, which starts at data_ptr().
+bool sameDenseLayout(const at::Tensor& a, const at::Tensor& b);
 
 // add, sub, mul, div.
 enum class Arithmetic { kAdd, kSub, kMul, kDiv };

@@ -335,19 +335,26 @@ def test_batched_matrix_ops_chunked_match_cpu(case, dtype, mode):
         assert took == (1 if expected else 0) or (call == 0 and took == 0), (took, expected)
 
 
+@pytest.mark.parametrize("layout", ["contiguous", "transposed"])
 @pytest.mark.parametrize("isa", ["avx2"] + (["avx512"] if low_precision_setting.HOST_AVX512 else []) + ["none"])
 @pytest.mark.parametrize("dtype", LOW, ids=str)
-def test_chunked_conversions_keep_specials_and_tails(dtype, isa):
+def test_chunked_conversions_keep_specials_and_tails(dtype, isa, layout):
     """The chunked path converts with the fused kernel's loops (ISA avx2 or
     avx512; none: ATen's copy): NaN, inf, overflow to inf, signed zeros and
-    entries whose element counts are not a multiple of the vector width."""
+    entries whose element counts are not a multiple of the vector width.
+    Transposed operands (attention's q @ k^T) keep their layout in float32
+    and convert as one run of memory."""
     before, before_isa = C._low_precision_mode(), C._activation_isa()
     C._set_low_precision_mode("float32")
     C._set_activation_isa(isa)
     try:
         torch.manual_seed(4)
         for shape_a, shape_b in (((33, 7, 13), (33, 13, 5)), ((66, 33, 17), (66, 17, 31))):
-            a, b = positive(*shape_a, dtype=dtype), positive(*shape_b, dtype=dtype)
+            if layout == "transposed":
+                a = positive(shape_a[0], shape_a[2], shape_a[1], dtype=dtype).transpose(1, 2)
+                b = positive(shape_b[0], shape_b[2], shape_b[1], dtype=dtype).transpose(1, 2)
+            else:
+                a, b = positive(*shape_a, dtype=dtype), positive(*shape_b, dtype=dtype)
             a[0, 1, 2], a[3, 0, 0], b[5, 2, 1] = float("nan"), float("inf"), float("-inf")
             b[7, 0, 0] = torch.finfo(dtype).max  # overflows to inf in the result
             a[9].zero_()
@@ -357,7 +364,9 @@ def test_chunked_conversions_keep_specials_and_tails(dtype, isa):
             assert (work >= C._parallel_work()) == (shape_a[0] == 66)  # one call on one thread, one on all
             for _ in range(2):
                 n = C._low_precision_chunked_calls()
-                mtia = torch.bmm(a.to("mtia"), b.to("mtia"))
+                ma, mb = a.to("mtia"), b.to("mtia")
+                assert ma.stride() == a.stride() and mb.stride() == b.stride()
+                mtia = torch.bmm(ma, mb)
                 torch.mtia.synchronize()
                 got = mtia.cpu()
                 torch.testing.assert_close(got, cpu, equal_nan=True)

@@ -504,36 +504,41 @@ at::Tensor reduceAll(const c10::OperatorHandle& h, const char* name, const at::T
   return out;
 }
 
-// Whether `dim` names every dimension of x (or none: all of them), each
-// once and in range.
-bool allDims(const at::Tensor& x, at::IntArrayRef dim) {
+// How many trailing dims of x `dim` names, where it names exactly the last k
+// (k >= 1), each once and in range (none: all of them); else -1.
+int64_t trailingDims(const at::Tensor& x, at::IntArrayRef dim) {
   const int64_t ndim = x.dim();
-  if (dim.empty()) return true;
-  if (static_cast<int64_t>(dim.size()) != ndim) return false;
+  if (dim.empty()) return ndim;
+  const auto k = static_cast<int64_t>(dim.size());
+  if (k > ndim) return -1;
   std::vector<bool> seen(ndim, false);
   for (int64_t d : dim) {
-    if (d < -ndim || d >= ndim || seen[d < 0 ? d + ndim : d]) return false;
-    seen[d < 0 ? d + ndim : d] = true;
+    if (d < -ndim || d >= ndim) return -1;
+    const int64_t i = d < 0 ? d + ndim : d;
+    if (seen[i] || i < ndim - k) return -1;
+    seen[i] = true;
   }
-  return true;
+  return k;
 }
 
 at::Tensor sum(const at::Tensor& x, std::optional<at::ScalarType> dtype) {
   static const c10::OperatorHandle h = handle("aten::sum", "");
   const bool same = !dtype || *dtype == x.scalar_type();
-  if (same && fusedReduction(x)) return fusedReductionResult(Reduction::kSum, x, false);
+  if (same && fusedReduction(x)) return fusedReductionResult(Reduction::kSum, x, x.dim(), false);
   return reduceAll<true, false>(h, "aten::sum", x, {x, dtype}, same);
 }
 
 at::Tensor amax(const at::Tensor& x, at::IntArrayRef dim, bool keepdim) {
   static const c10::OperatorHandle h = handle("aten::amax", "");
-  if (allDims(x, dim) && fusedReduction(x)) return fusedReductionResult(Reduction::kMax, x, keepdim);
+  if (const int64_t k = trailingDims(x, dim); k >= 0 && fusedReduction(x))
+    return fusedReductionResult(Reduction::kMax, x, k, keepdim);
   return reduceAll<false, true>(h, "aten::amax", x, {x, dim, keepdim}, dim.empty() && !keepdim);
 }
 
 at::Tensor amin(const at::Tensor& x, at::IntArrayRef dim, bool keepdim) {
   static const c10::OperatorHandle h = handle("aten::amin", "");
-  if (allDims(x, dim) && fusedReduction(x)) return fusedReductionResult(Reduction::kMin, x, keepdim);
+  if (const int64_t k = trailingDims(x, dim); k >= 0 && fusedReduction(x))
+    return fusedReductionResult(Reduction::kMin, x, k, keepdim);
   return reduceAll<false, false>(h, "aten::amin", x, {x, dim, keepdim}, dim.empty() && !keepdim);
 }
 
@@ -546,8 +551,9 @@ at::Tensor reduceDims(const at::Tensor& x, at::OptionalIntArrayRef dim, bool kee
                       std::optional<at::ScalarType> dtype) {
   static constexpr const char* name = kMean ? "aten::mean" : "aten::sum";
   static const c10::OperatorHandle h = handle(name, kMean ? "dim" : "dim_IntList");
-  if ((!dtype || *dtype == x.scalar_type()) && (!dim || allDims(x, *dim)) && fusedReduction(x))
-    return fusedReductionResult(kMean ? Reduction::kMean : Reduction::kSum, x, keepdim);
+  if (const int64_t k = dim ? trailingDims(x, *dim) : x.dim();
+      (!dtype || *dtype == x.scalar_type()) && k >= 0 && fusedReduction(x))
+    return fusedReductionResult(kMean ? Reduction::kMean : Reduction::kSum, x, k, keepdim);
   const int64_t ndim = x.dim();
   std::vector<bool> reduced(std::max<int64_t>(ndim, 1), false);
   // (an empty dim list: the boxed path, whose rule for it is CPU's)

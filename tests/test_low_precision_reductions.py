@@ -1,5 +1,5 @@
-"""bf16/fp16 reductions of all elements (csrc/low_precision_reductions.h):
-sum, mean, amax and amin through the vector loops (AVX2 and, on hosts with
+"""bf16/fp16 reductions of all elements and over the last dims
+(csrc/low_precision_reductions.h): sum, mean, amax and amin through the vector loops (AVX2 and, on hosts with
 it, AVX-512) and through CPU's kernels (OPENMTIA_LOW_PRECISION=native, or no
 ISA), against CPU PyTorch in the same dtype."""
 import os
@@ -109,8 +109,10 @@ def test_calls_the_loops_do_not_take_match_cpu(dtype, mode):
         "transposed": lambda: (x.t().to("mtia").sum(), x.t().sum()),
         "strided": lambda: (x.to("mtia")[:, ::2].amax(), x[:, ::2].amax()),
         "float32_sum": lambda: (x.to("mtia").sum(dtype=torch.float32), x.sum(dtype=torch.float32)),
-        "some_dims": lambda: (x.to("mtia").mean(dim=0), x.mean(dim=0)),
-        "amax_dim": lambda: (x.to("mtia").amax(dim=1), x.amax(dim=1)),
+        "leading_dim": lambda: (x.to("mtia").mean(dim=0), x.mean(dim=0)),
+        "amax_leading_dim": lambda: (x.to("mtia").amax(dim=0), x.amax(dim=0)),
+        "not_the_last_dims": lambda: (x.view(30, 10, 200).to("mtia").sum(dim=(0, 2)), x.view(30, 10, 200).sum(dim=(0, 2))),
+        "rows_transposed": lambda: (x.t().to("mtia").amax(dim=1), x.t().amax(dim=1)),
     }
     for name, f in calls.items():
         n = C._fused_reduction_calls()
@@ -122,11 +124,66 @@ def test_calls_the_loops_do_not_take_match_cpu(dtype, mode):
     assert torch.equal(x[:10].to("mtia").sum().cpu(), x[:10].sum())
 
 
+ROW_OPS = {
+    "sum": lambda x: x.sum(dim=-1),
+    "mean": lambda x: x.mean(dim=-1),
+    "amax": lambda x: x.amax(dim=-1),
+    "amin": lambda x: x.amin(dim=-1),
+    "sum_keepdim": lambda x: x.sum(dim=-1, keepdim=True),
+    "amax_keepdim": lambda x: x.amax(dim=-1, keepdim=True),
+    "mean_last_two": lambda x: x.view(x.shape[0], 1, -1).mean(dim=(2, 1)),
+    "amin_last_two_keepdim": lambda x: x.view(x.shape[0], 1, -1).amin(dim=(-1, -2), keepdim=True),
+    "sum_last_dim_positive": lambda x: x.view(1, *x.shape).sum(dim=2),
+}
+# (rows, cols), each over GRAIN elements: columns around the vectors and
+# blocks, rows of one element, rows over the parallel threshold
+ROW_SHAPES = [(GRAIN + 1, 1), (GRAIN // 7 + 1, 7), (2521, 13), (GRAIN // 16 + 1, 16), (1929, 17), (33, 1025),
+              (33, 1024), (C._parallel_work() // 1000 + 3, 1000)]
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+@pytest.mark.parametrize("shape", ROW_SHAPES, ids=str)
+@pytest.mark.parametrize("op", sorted(ROW_OPS))
+def test_row_reductions_match_cpu(op, shape, dtype, mode):
+    torch.manual_seed(shape[1])
+    x = (torch.randn(*shape) * 4).to(dtype)
+    x[1, 0] = float("nan")  # a NaN row, an infinite one, one of both infinities
+    x[2, -1] = float("inf")
+    x[3, 0], x[3, -1] = float("inf"), float("-inf")
+    for _ in range(2):  # first and later calls of the signature
+        got, want = run(mode, ROW_OPS[op], x)
+        assert torch.equal(got.isnan(), want.isnan()) and torch.equal(got.isinf(), want.isinf())
+        if op.startswith(("amax", "amin")):
+            torch.testing.assert_close(got, want, equal_nan=True, rtol=0, atol=0)
+        else:
+            torch.testing.assert_close(got, want, equal_nan=True)
+            # each row at least as close to the exact value as CPU's, give or take one rounding
+            exact = ROW_OPS[op](x.double())
+            ulp = torch.finfo(dtype).eps * exact.abs().clamp(min=1)
+            finite = exact.isfinite()
+            err, cpu_err = (got.double() - exact).abs(), (want.double() - exact).abs()
+            assert bool((err <= cpu_err + ulp)[finite].all())
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+def test_every_row_element_counts(dtype, mode):
+    rows, cols = 2049, 33  # one nonzero element a row, at every position
+    x = torch.zeros(rows, cols, dtype=dtype)
+    x[torch.arange(rows), torch.arange(rows) % cols] = 3
+    for op in ("sum", "mean", "amax"):
+        got, want = run(mode, ROW_OPS[op], x)
+        assert torch.equal(got, want), op
+    assert bool((run(mode, ROW_OPS["sum"], x)[0] == 3).all())
+    got, want = run(mode, ROW_OPS["amin"], -x)
+    assert torch.equal(got, want) and bool((got == -3).all())
+
+
 @pytest.mark.parametrize("dtype", LOW, ids=str)
 def test_argument_errors_raise_at_the_call_as_on_cpu(dtype, mode):
     x = torch.randn(GRAIN + 5).to(dtype)
     m = x.to("mtia")
-    for f in (lambda t: t.amax(dim=3), lambda t: t.view(-1, 5).mean(dim=(0, 0)), lambda t: t.sum(dim=2)):
+    for f in (lambda t: t.amax(dim=3), lambda t: t.view(-1, 5).mean(dim=(0, 0)), lambda t: t.sum(dim=2),
+              lambda t: t.view(-1, 5).amax(dim=(1, -1)), lambda t: t.view(-1, 5).sum(dim=(-3, -1))):
         with pytest.raises(Exception) as cpu_error:
             f(x)
         with pytest.raises(type(cpu_error.value)) as mtia_error:

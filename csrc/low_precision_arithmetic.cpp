@@ -10,10 +10,23 @@ namespace {
 
 std::atomic<int64_t> g_calls{0};
 
+// Whether b is a row of a: contiguous, of a's dtype and device, its sizes
+// (leading 1s aside) a's last ones, fewer elements than a and at least
+// kMinPeriod; out[i] = a[i] kind b[i % b.numel()] then.
+bool rowOf(const at::Tensor& a, const at::Tensor& b) {
+  if (!b.defined() || b.device() != a.device() || b.scalar_type() != a.scalar_type() || !b.is_contiguous() ||
+      b.is_neg() || b.is_conj() || b.numel() < kMinPeriod || b.numel() >= a.numel())
+    return false;
+  auto sizes = b.sizes();
+  while (!sizes.empty() && sizes.front() == 1) sizes = sizes.slice(1);
+  return sizes.size() <= a.sizes().size() && a.sizes().slice(a.dim() - sizes.size()).equals(sizes);
+}
+
 }  // namespace
 
 bool fusedArithmetic(const at::Tensor& a, const at::Tensor& b, const c10::Scalar& alpha) {
-  return !alpha.isComplex() && loopsTake(a, b);
+  if (alpha.isComplex()) return false;
+  return rowOf(a, b) ? loopsTake(a) : loopsTake(a, b);
 }
 
 void launchArithmetic(Arithmetic kind, const at::Tensor& a, const at::Tensor& b, double number,
@@ -30,9 +43,17 @@ void launchArithmetic(Arithmetic kind, const at::Tensor& a, const at::Tensor& b,
   const auto* y = b.defined() ? static_cast<const uint16_t*>(b.data_ptr()) : nullptr;
   auto* o = static_cast<uint16_t*>(out.data_ptr());
   const int64_t n = a.numel();
+  const int64_t period = y && b.numel() < n ? b.numel() : 0;  // b a row of a (rowOf)
   launchOnCurrentStream(a.device().index(), kNames[static_cast<int>(kind)], [=] {
     const int64_t work = n * (y ? 3 : 2);
     useKernelThreads(work);
+    if (period) {  // the rows shared among the threads
+      forEachThread(n / period, [&](int64_t first, int64_t last) {
+        for (int64_t r = first; r < last; ++r)
+          arithmeticLoop(kind, bf16, x + r * period, y, s, f, o + r * period, period);
+      });
+      return;
+    }
     forEachThread(n, [&](int64_t begin, int64_t end) {
       arithmeticLoop(kind, bf16, x + begin, y ? y + begin : nullptr, s, f, o + begin, end - begin);
     });

@@ -6,8 +6,10 @@
 // where half the bytes should make it faster. Where activationPath(dtype,
 // false) (low_precision.h) says kFloat32, add, sub, mul and div (functional
 // and in place) of a contiguous bf16/fp16 mtia tensor of more than GRAIN_SIZE
-// elements with another such tensor (same dtype and sizes) or a real number
-// run low_precision_kernels.h's loops: computed in float32 and rounded once,
+// elements with another such tensor (same dtype and sizes), a contiguous
+// one that broadcasts along its leading dims (rows: a bias, an attention
+// mask; at least kMinPeriod elements), or a real number run
+// low_precision_kernels.h's loops: computed in float32 and rounded once,
 // as CPU's vectorized loop does (add: x + alpha * y in one fused
 // multiply-add; alpha 1: CPU's results bit for bit). alpha and a number are
 // taken as CPU's kernels take them: alpha rounded to the dtype, a number
@@ -27,10 +29,14 @@
 
 namespace openmtia {
 
+// The fewest elements of a broadcast row the loops take (a shorter row is a
+// call per few elements: CPU's kernel then).
+constexpr int64_t kMinPeriod = 64;
 // Whether the loops run `a kind b`: b a tensor as above, or undefined (a
 // number), alpha real.
 bool fusedArithmetic(const at::Tensor& a, const at::Tensor& b, const c10::Scalar& alpha);
-// Launches out = a kind b (b undefined: a kind number), out a fresh
+// Launches out = a kind b (b undefined: a kind number; b with fewer
+// elements than a: a row repeated along a's leading dims), out a fresh
 // contiguous tensor like a or a itself (in place), as a task on a's device's
 // current stream. Call only where fusedArithmetic(a, b, alpha).
 void launchArithmetic(Arithmetic kind, const at::Tensor& a, const at::Tensor& b, double number,

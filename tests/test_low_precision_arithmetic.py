@@ -105,6 +105,28 @@ def test_in_place_forms(dtype, mode):
         assert same_bits(m.cpu(), f(a.clone(), b)), name
 
 
+# (x, a row of it): a bias over features, an attention mask over (heads, q, k)
+ROW_SHAPES = [((GRAIN // 64 + 1, 64), (64,)), ((171, 200), (1, 200)), ((GRAIN // 1000 + 1, 1000), (1000,)),
+              ((4, 65, 129), (65, 129)), ((2, 4, 65, 129), (1, 1, 65, 129)), ((C._parallel_work() // 4096 + 2, 4096), (4096,))]
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+@pytest.mark.parametrize("shapes", ROW_SHAPES, ids=str)
+def test_row_broadcast_bits_as_cpu(shapes, dtype, mode):
+    # out[i] = x[i] op row[i % row size]: CPU's results bit for bit, in place too
+    g = torch.Generator().manual_seed(shapes[1][-1])
+    x = (torch.randn(shapes[0], generator=g) * 3).to(dtype)
+    row = (torch.randn(shapes[1], generator=g) * 3).to(dtype)
+    row.view(-1)[:5] = torch.tensor([float("nan"), float("inf"), -float("inf"), 0.0, -0.0])
+    for name, f in (("add", operator.add), ("sub", operator.sub), ("mul", operator.mul), ("div", operator.truediv),
+                    ("add_alpha_1", lambda t, r: torch.add(t, r, alpha=1)), ("add_", lambda t, r: t.add_(r)),
+                    ("mul_", lambda t, r: t.mul_(r))):
+        for _ in range(2):  # first and later calls
+            got, cpu = on_mtia(mode, f, x.clone(), row), f(x.clone(), row)
+            assert got.dtype == cpu.dtype and got.shape == cpu.shape, name
+            assert same_bits(got, cpu), name
+
+
 @pytest.mark.parametrize("dtype", LOW, ids=str)
 def test_specials(dtype, mode):
     special = [0.0, -0.0, float("inf"), -float("inf"), float("nan"), 1.0, -1.0, torch.finfo(dtype).max,
@@ -123,12 +145,15 @@ def test_calls_the_loops_do_not_take_match_cpu(dtype, mode):
         (operator.add, a[:10], b[:10]),  # small: CPU's kernel, bit for bit
         (operator.mul, a.t(), b.t()),  # not contiguous
         (operator.add, a, b.float()),  # mixed dtypes: float32 result
-        (operator.sub, a, b[:1]),  # broadcast
+        (operator.sub, a, b[:, :1].contiguous()),  # broadcast along the last dim
+        (operator.add, a.view(-1, 50), b.view(-1, 50)[:1]),  # a row of fewer than 64 elements
+        (lambda x, y: x * y[:, 0], a, b.view(200, 300)),  # a strided row
+        (operator.add, b[0], a),  # the row first
         (lambda x, y: x * (1 + 2j), a, b),  # a complex number
         (lambda x, y: torch.add(x, y, alpha=2), a, torch.ones(300, 200, dtype=dtype)),
     ]
     for i, (f, x, y) in enumerate(cases):
-        got, cpu = on_mtia(mode, f, x, y, fused=i == 5), f(x, y)
+        got, cpu = on_mtia(mode, f, x, y, fused=i == 8), f(x, y)
         assert got.dtype == cpu.dtype and got.shape == cpu.shape
         torch.testing.assert_close(got, cpu, msg=str(i))
 

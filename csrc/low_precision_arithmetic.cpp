@@ -1,7 +1,12 @@
 // bf16/fp16 add, sub, mul and div (see low_precision_arithmetic.h).
 #include "low_precision_arithmetic.h"
 
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+
 #include <atomic>
+#include <cmath>
+#include <limits>
 
 #include "common.h"
 
@@ -22,22 +27,22 @@ bool rowOf(const at::Tensor& a, const at::Tensor& b) {
   return sizes.size() <= a.sizes().size() && a.sizes().slice(a.dim() - sizes.size()).equals(sizes);
 }
 
-}  // namespace
-
-bool fusedArithmetic(const at::Tensor& a, const at::Tensor& b, const c10::Scalar& alpha) {
-  if (alpha.isComplex()) return false;
-  return rowOf(a, b) ? loopsTake(a) : loopsTake(a, b);
+// A bound CPU's clamp converts to the dtype (Scalar::to, which raises where
+// it overflows): real, not NaN (CPU's vector and scalar loops disagree on a
+// NaN bound), and within the dtype's range.
+bool plainBound(const std::optional<c10::Scalar>& v, bool bf16) {
+  if (!v) return true;
+  if (v->isComplex()) return false;
+  const double d = v->toDouble();
+  const double max = bf16 ? static_cast<double>(std::numeric_limits<c10::BFloat16>::max())
+                          : static_cast<double>(std::numeric_limits<c10::Half>::max());
+  return d == d && (std::isinf(d) || std::abs(d) <= max);
 }
 
-void launchArithmetic(Arithmetic kind, const at::Tensor& a, const at::Tensor& b, double number,
-                      const c10::Scalar& alpha, const at::Tensor& out) {
-  static const char* const kNames[] = {"aten::add", "aten::sub", "aten::mul", "aten::div"};
+// out = a kind b (or s) with the loops' own s and alpha (arithmeticLoop).
+void launchLoops(Arithmetic kind, const at::Tensor& a, const at::Tensor& b, float s, float f, const at::Tensor& out) {
+  static const char* const kNames[] = {"aten::add", "aten::sub", "aten::mul", "aten::div", "aten::clamp"};
   const bool bf16 = a.scalar_type() == at::kBFloat16;
-  // as CPU's kernels take them: alpha, and the number of add and sub, rounded
-  // to the dtype (mul and div: the number in float32)
-  const bool additive = kind == Arithmetic::kAdd || kind == Arithmetic::kSub;
-  const float s = !b.defined() && additive ? inDtype(number, bf16) : static_cast<float>(number);
-  const float f = inDtype(alpha.toDouble(), bf16);
   g_calls.fetch_add(1, std::memory_order_relaxed);
   const auto* x = static_cast<const uint16_t*>(a.data_ptr());
   const auto* y = b.defined() ? static_cast<const uint16_t*>(b.data_ptr()) : nullptr;
@@ -58,6 +63,36 @@ void launchArithmetic(Arithmetic kind, const at::Tensor& a, const at::Tensor& b,
       arithmeticLoop(kind, bf16, x + begin, y ? y + begin : nullptr, s, f, o + begin, end - begin);
     });
   });
+}
+
+}  // namespace
+
+bool fusedArithmetic(const at::Tensor& a, const at::Tensor& b, const c10::Scalar& alpha) {
+  if (alpha.isComplex()) return false;
+  return rowOf(a, b) ? loopsTake(a) : loopsTake(a, b);
+}
+
+void launchArithmetic(Arithmetic kind, const at::Tensor& a, const at::Tensor& b, double number,
+                      const c10::Scalar& alpha, const at::Tensor& out) {
+  const bool bf16 = a.scalar_type() == at::kBFloat16;
+  // as CPU's kernels take them: alpha, and the number of add and sub, rounded
+  // to the dtype (mul and div: the number in float32)
+  const bool additive = kind == Arithmetic::kAdd || kind == Arithmetic::kSub;
+  const float s = !b.defined() && additive ? inDtype(number, bf16) : static_cast<float>(number);
+  launchLoops(kind, a, b, s, inDtype(alpha.toDouble(), bf16), out);
+}
+
+bool fusedClamp(const at::Tensor& a, const std::optional<c10::Scalar>& lo, const std::optional<c10::Scalar>& hi) {
+  const bool bf16 = a.scalar_type() == at::kBFloat16;
+  return (lo || hi) && loopsTake(a) && plainBound(lo, bf16) && plainBound(hi, bf16);
+}
+
+void launchClamp(const at::Tensor& a, const std::optional<c10::Scalar>& lo, const std::optional<c10::Scalar>& hi,
+                 const at::Tensor& out) {
+  const bool bf16 = a.scalar_type() == at::kBFloat16;
+  const float inf = std::numeric_limits<float>::infinity();
+  launchLoops(Arithmetic::kClamp, a, at::Tensor(), lo ? inDtype(lo->toDouble(), bf16) : -inf,
+              hi ? inDtype(hi->toDouble(), bf16) : inf, out);
 }
 
 int64_t fusedArithmeticCalls() { return g_calls.load(); }

@@ -1,4 +1,4 @@
-// bf16 and fp16 add, sub, mul and div at float32 speed on every host.
+// bf16 and fp16 add, sub, mul, div and clamp at float32 speed on every host.
 //
 // CPU PyTorch's bf16/fp16 binary arithmetic widens each vector to float32,
 // computes and rounds back: on mtia an in-place bf16 add cost 1.18-1.22x
@@ -41,6 +41,14 @@ bool fusedArithmetic(const at::Tensor& a, const at::Tensor& b, const c10::Scalar
 // current stream. Call only where fusedArithmetic(a, b, alpha).
 void launchArithmetic(Arithmetic kind, const at::Tensor& a, const at::Tensor& b, double number,
                       const c10::Scalar& alpha, const at::Tensor& out);
+// clamp(a, lo, hi) (clamp_min, clamp_max: one bound) through the loops:
+// whether they take it (a as above; the bounds real, not NaN, within the
+// dtype's range), and the launch (out as above). The bounds are rounded to
+// the dtype, as CPU's kernel takes them; the result is one of a's values or a
+// bound, CPU's bit for bit.
+bool fusedClamp(const at::Tensor& a, const std::optional<c10::Scalar>& lo, const std::optional<c10::Scalar>& hi);
+void launchClamp(const at::Tensor& a, const std::optional<c10::Scalar>& lo, const std::optional<c10::Scalar>& hi,
+                 const at::Tensor& out);
 // How many calls the loops ran so far (for tests).
 int64_t fusedArithmeticCalls();
 

@@ -73,8 +73,9 @@ bool convertLowPrecision(const at::Tensor& dst, const at::Tensor& src);
 // of its memory, which starts at data_ptr().
 bool sameDenseLayout(const at::Tensor& a, const at::Tensor& b);
 
-// add, sub, mul, div.
-enum class Arithmetic { kAdd, kSub, kMul, kDiv };
+// add, sub, mul, div; clamp (min(max(x, s), alpha), NaN kept: CPU's vector
+// loop; y null).
+enum class Arithmetic { kAdd, kSub, kMul, kDiv, kClamp };
 // out[i] = x[i] kind y[i], or x[i] kind s where y is null, in float32 and
 // rounded once: add x + alpha * y in one fused multiply-add (CPU's
 // vectorized loop), sub x - alpha * y; alpha is ignored by mul and div. out

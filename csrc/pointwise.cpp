@@ -345,6 +345,17 @@ at::Tensor withScalar(const at::Tensor& a, const c10::Scalar& b) {
     const bool two = (b.isIntegral(false) && b.toLong() == 2) || (b.isFloatingPoint() && b.toDouble() == 2.0);
     if (two && fusedActivation(Activation::kSquare, a)) return fusedActivationResult(Activation::kSquare, a);
   }
+  if constexpr (std::string_view(spec.name) == "clamp_min" || std::string_view(spec.name) == "clamp_max") {
+    constexpr bool kMin = std::string_view(spec.name) == "clamp_min";
+    const std::optional<c10::Scalar> lo = kMin ? std::optional<c10::Scalar>(b) : std::nullopt;
+    const std::optional<c10::Scalar> hi = kMin ? std::nullopt : std::optional<c10::Scalar>(b);
+    if (fusedClamp(a, lo, hi)) {
+      c10::DeviceGuard guard(a.device());
+      at::Tensor out = emptyDeviceLike(a);
+      launchClamp(a, lo, hi, out);
+      return out;
+    }
+  }
   if (!small(a) || b.isComplex()) return boxedFallbackCall(h, {a, b});
   c10::DeviceGuard guard(a.device());
   at::Tensor out = emptyDeviceLike(a);
@@ -359,6 +370,12 @@ at::Tensor withScalar(const at::Tensor& a, const c10::Scalar& b) {
 
 at::Tensor clamp(const at::Tensor& a, const std::optional<c10::Scalar>& lo, const std::optional<c10::Scalar>& hi) {
   static const c10::OperatorHandle h = handle("aten::clamp", "");
+  if (fusedClamp(a, lo, hi)) {
+    c10::DeviceGuard guard(a.device());
+    at::Tensor out = emptyDeviceLike(a);
+    launchClamp(a, lo, hi, out);
+    return out;
+  }
   // (neither bound: CPU's argument error, at the call, from the fallback)
   if (!small(a) || (!lo && !hi) || (lo && lo->isComplex()) || (hi && hi->isComplex()))
     return boxedFallbackCall(h, {a, lo, hi});

@@ -77,7 +77,7 @@ def test_tensor_tensor(case, n, dtype, mode):
 
 
 @pytest.mark.parametrize("dtype", LOW, ids=str)
-@pytest.mark.parametrize("number", [0.1, 1 / 3, 3, -2, 1e-3, 1e5, 0.0])
+@pytest.mark.parametrize("number", [0.1, 1 / 3, 3, -2, 1e-3, 1e5, 0.0, -0.0])
 def test_tensor_number_bits_as_cpu(number, dtype, mode):
     # add/sub take the number rounded to the dtype, mul/div in float32 (CPU's)
     a, _ = operands(GRAIN + 77, dtype, 2)
@@ -125,6 +125,52 @@ def test_row_broadcast_bits_as_cpu(shapes, dtype, mode):
             got, cpu = on_mtia(mode, f, x.clone(), row), f(x.clone(), row)
             assert got.dtype == cpu.dtype and got.shape == cpu.shape, name
             assert same_bits(got, cpu), name
+
+
+CLAMPS = {
+    "clamp": lambda t: t.clamp(-0.7, 1.3),  # bounds rounded to the dtype
+    "clamp_min": lambda t: t.clamp(min=0.0),  # -0.0 stays -0.0, as CPU's max(min, x)
+    "clamp_max": lambda t: t.clamp(max=-0.0),
+    "clamp_min_op": lambda t: torch.clamp_min(t, 0.1),
+    "clamp_max_op": lambda t: torch.clamp_max(t, 2),
+    "crossed_bounds": lambda t: t.clamp(1.0, -1.0),  # every element becomes max
+    "infinite_bounds": lambda t: t.clamp(-float("inf"), float("inf")),
+    "integer_bounds": lambda t: t.clamp(-1, 3),
+    "bounds_past_a_value": lambda t: t.clamp(min=1e-3, max=6e4),
+}
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+@pytest.mark.parametrize("n", [GRAIN + 1, GRAIN + 17, C._parallel_work() // 2 + 999])
+@pytest.mark.parametrize("case", sorted(CLAMPS))
+def test_clamp_bits_as_cpu(case, n, dtype, mode):
+    special = [0.0, -0.0, float("inf"), -float("inf"), float("nan"), 1.3, -0.7, 1.0, -1.0, 0.1, 2.0]
+    x = (torch.randn(n, generator=torch.Generator().manual_seed(n)) * 3).to(dtype)
+    x[: len(special)] = torch.tensor(special)
+    x[-len(special):] = torch.tensor(special)  # in the tail too
+    for _ in range(2):  # first and later calls
+        got, cpu = on_mtia(mode, CLAMPS[case], x), CLAMPS[case](x)
+        assert got.dtype == cpu.dtype == dtype and got.shape == cpu.shape
+        assert same_bits(got, cpu), case
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+def test_clamps_the_loops_do_not_take(dtype, mode):
+    # a NaN bound (CPU's vector and scalar loops differ), a bound the dtype
+    # cannot hold (CPU raises, at the call), tensor bounds: CPU's kernels
+    x = torch.randn(GRAIN + 5).to(dtype)
+    for f in (lambda t: t.clamp(min=float("nan")), lambda t: t.clamp(torch.zeros_like(t), torch.ones_like(t))):
+        got, cpu = on_mtia(mode, f, x, fused=False), f(x)
+        assert got.dtype == cpu.dtype and torch.equal(got.isnan(), cpu.isnan())
+    big = 1e39 if dtype == torch.bfloat16 else 7e4
+    with pytest.raises(RuntimeError) as cpu_error:
+        x.clamp(max=big)
+    with pytest.raises(RuntimeError) as mtia_error:
+        x.to("mtia").clamp(max=big)
+    assert str(mtia_error.value) == str(cpu_error.value)
+    with pytest.raises(RuntimeError, match="At least one of 'min' or 'max' must not be None"):
+        x.to("mtia").clamp()
+    assert same_bits(on_mtia(mode, lambda t: t.clamp(0, 1), x), x.clamp(0, 1))  # still usable
 
 
 @pytest.mark.parametrize("dtype", LOW, ids=str)

@@ -165,8 +165,8 @@ void compareLoop(Comparison kind, bool bf16, const uint16_t* x, const uint16_t* 
   else avx2::compare(kind, bf16, x, y, s, out, n);
 }
 
-double sumLoop(bool bf16, const uint16_t* x, int64_t n) {
-  return wide() ? avx512::sum(bf16, x, n) : avx2::sum(bf16, x, n);
+double sumLoop(bool bf16, const uint16_t* x, int64_t n, bool squares) {
+  return wide() ? avx512::sum(bf16, squares, x, n) : avx2::sum(bf16, squares, x, n);
 }
 
 float extremumLoop(bool bf16, bool max, const uint16_t* x, int64_t n) {

@@ -89,8 +89,9 @@ enum class Comparison { kLt, kLe, kGt, kGe, kEq, kNe };
 // dtype), for n elements; NaN compares false except under kNe.
 void compareLoop(Comparison kind, bool bf16, const uint16_t* x, const uint16_t* y, float s, bool* out, int64_t n);
 
-// The sum of n elements (float32 accumulation, blocks added in double).
-double sumLoop(bool bf16, const uint16_t* x, int64_t n);
+// The sum of n elements (squares: of their squares), float32 accumulation,
+// blocks added in double.
+double sumLoop(bool bf16, const uint16_t* x, int64_t n, bool squares = false);
 // The largest (max) or smallest of n >= 1 elements; NaN if any is NaN.
 float extremumLoop(bool bf16, bool max, const uint16_t* x, int64_t n);
 

@@ -7,7 +7,11 @@
 #include <c10/util/Half.h>
 #include <c10/util/accumulate.h>
 
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/library.h>
+
 #include <atomic>
+#include <cmath>
 #include <vector>
 
 #include "common.h"
@@ -22,34 +26,55 @@ std::atomic<int64_t> g_calls{0};
 
 bool fusedReduction(const at::Tensor& x) { return loopsTake(x); }
 
+int64_t trailingDims(const at::Tensor& x, at::IntArrayRef dim) {
+  const int64_t ndim = x.dim();
+  if (dim.empty()) return ndim;
+  const auto k = static_cast<int64_t>(dim.size());
+  if (k > ndim) return -1;
+  std::vector<bool> seen(ndim, false);
+  for (int64_t d : dim) {
+    if (d < -ndim || d >= ndim) return -1;
+    const int64_t i = d < 0 ? d + ndim : d;
+    if (seen[i] || i < ndim - k) return -1;
+    seen[i] = true;
+  }
+  return k;
+}
+
 namespace {
+
+// A float32 sum (of squares for kNorm2) finished: mean = sum / n (CPU's:
+// float32 sum, then the division), the norm its square root.
+float finish(Reduction kind, double sum, int64_t n) {
+  const auto r = static_cast<float>(sum);
+  if (kind == Reduction::kMean) return r / static_cast<float>(n);
+  return kind == Reduction::kNorm2 ? std::sqrt(r) : r;
+}
 
 // The reduction of n elements at xp by one thread, in float32.
 float reduceRun(Reduction kind, bool bf16, const uint16_t* xp, int64_t n) {
   if (kind == Reduction::kMax || kind == Reduction::kMin) return extremumLoop(bf16, kind == Reduction::kMax, xp, n);
-  const auto r = static_cast<float>(sumLoop(bf16, xp, n));
-  return kind == Reduction::kMean ? r / static_cast<float>(n) : r;  // (CPU's: float32 sum, then the division)
+  return finish(kind, sumLoop(bf16, xp, n, kind == Reduction::kNorm2), n);
 }
 
 // All n elements on every thread: each thread's partial, combined in thread
 // order (one thread below kParallelWork: useKernelThreads).
 float reduceAll(Reduction kind, bool bf16, const uint16_t* xp, int64_t n) {
-  const bool sum = kind == Reduction::kSum || kind == Reduction::kMean, max = kind == Reduction::kMax;
+  const bool max = kind == Reduction::kMax, sum = !max && kind != Reduction::kMin;
   const int64_t threads = at::get_num_threads();
   std::vector<double> sums(threads);
   std::vector<float> extrema(threads);
   forEachThread(threads, [&](int64_t first, int64_t last) {
     for (int64_t t = first; t < last; ++t) {
       const int64_t begin = n * t / threads, end = n * (t + 1) / threads;
-      if (sum) sums[t] = sumLoop(bf16, xp + begin, end - begin);
+      if (sum) sums[t] = sumLoop(bf16, xp + begin, end - begin, kind == Reduction::kNorm2);
       else extrema[t] = extremumLoop(bf16, max, xp + begin, end - begin);
     }
   });
   if (sum) {
     double total = 0;
     for (double s : sums) total += s;
-    const auto r = static_cast<float>(total);
-    return kind == Reduction::kMean ? r / static_cast<float>(n) : r;
+    return finish(kind, total, n);
   }
   float r = extrema[0];
   for (float e : extrema) r = (e != e || r != r) ? __builtin_nanf("") : max ? std::max(r, e) : std::min(r, e);
@@ -64,7 +89,8 @@ void store(bool bf16, void* out, int64_t i, float r) {
 }  // namespace
 
 at::Tensor fusedReductionResult(Reduction kind, const at::Tensor& x, int64_t trailing, bool keepdim) {
-  static const char* const kNames[] = {"aten::sum", "aten::mean", "aten::amax", "aten::amin"};
+  static const char* const kNames[] = {"aten::sum", "aten::mean", "aten::amax", "aten::amin",
+                                       "aten::linalg_vector_norm"};
   TORCH_INTERNAL_ASSERT(trailing >= 0 && trailing <= x.dim());
   c10::DeviceGuard guard(x.device());
   std::vector<int64_t> sizes(x.sizes().begin(), x.sizes().end() - trailing);
@@ -89,5 +115,46 @@ at::Tensor fusedReductionResult(Reduction kind, const at::Tensor& x, int64_t tra
 }
 
 int64_t fusedReductionCalls() { return g_calls.load(); }
+
+namespace {
+
+// Whether the loops take a 2-norm of x over `dim` (none or []: all dims,
+// as CPU's): ord 2, x's dtype; k the number of trailing dims.
+bool fusedNorm(const at::Tensor& x, const c10::Scalar& ord, at::OptionalIntArrayRef dim,
+               std::optional<at::ScalarType> dtype, int64_t& k) {
+  k = dim ? trailingDims(x, *dim) : x.dim();
+  const bool two = !ord.isComplex() && !ord.isBoolean() && ord.toDouble() == 2.0;
+  return two && k >= 0 && (!dtype || *dtype == x.scalar_type()) && fusedReduction(x);
+}
+
+// linalg_vector_norm and norm.ScalarOpt_dim (Tensor.norm(), torch.norm on
+// mtia): a 2-norm through the loops; every other call the boxed fallback
+// (CPU's kernel and its argument errors).
+at::Tensor vectorNorm(const at::Tensor& x, const c10::Scalar& ord, at::OptionalIntArrayRef dim, bool keepdim,
+                      std::optional<at::ScalarType> dtype) {
+  static const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow("aten::linalg_vector_norm", "");
+  int64_t k;
+  if (fusedNorm(x, ord, dim, dtype, k)) return fusedReductionResult(Reduction::kNorm2, x, k, keepdim);
+  return boxedFallbackCall(op, {x, ord, dim, keepdim, dtype});
+}
+
+at::Tensor norm(const at::Tensor& x, const std::optional<c10::Scalar>& p, at::IntArrayRef dim, bool keepdim) {
+  static const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow("aten::norm", "ScalarOpt_dim");
+  int64_t k;
+  if (fusedNorm(x, p.value_or(2.0), dim, std::nullopt, k)) return fusedReductionResult(Reduction::kNorm2, x, k, keepdim);
+  return boxedFallbackCall(op, {x, p, dim, keepdim});
+}
+
+}  // namespace
+
+const std::unordered_set<std::string>& reductionOps() {
+  static const std::unordered_set<std::string> ops = {"linalg_vector_norm", "norm.ScalarOpt_dim"};
+  return ops;
+}
+
+TORCH_LIBRARY_IMPL(aten, MTIA, m) {
+  m.impl("linalg_vector_norm", &vectorNorm);
+  m.impl("norm.ScalarOpt_dim", &norm);
+}
 
 }  // namespace openmtia

@@ -1,5 +1,5 @@
-// bf16 and fp16 reductions (sum, mean, amax, amin) of all elements or over
-// the last dims at float32 speed on every host.
+// bf16 and fp16 reductions (sum, mean, amax, amin, the 2-norm) of all
+// elements or over the last dims at float32 speed on every host.
 //
 // CPU PyTorch's bf16/fp16 mean is a float32 sum of the upcast tensor, a
 // division and a rounding: 2.3x float32 mean's time on an AVX-512 host, 6.9x
@@ -22,10 +22,18 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <string>
+#include <unordered_set>
 
 namespace openmtia {
 
-enum class Reduction { kSum, kMean, kMax, kMin };
+// kNorm2: linalg_vector_norm(x, 2): the square root of the float32 sum of
+// squares, rounded once (CPU's fp16 norm is a scalar loop: 9x float32's time).
+enum class Reduction { kSum, kMean, kMax, kMin, kNorm2 };
+
+// How many trailing dims of x `dim` names, where it names exactly the last k
+// (k >= 1), each once and in range (none: all of them); else -1.
+int64_t trailingDims(const at::Tensor& x, at::IntArrayRef dim);
 
 // Whether the loops reduce `x` (see above; not while a graph is captured).
 bool fusedReduction(const at::Tensor& x);
@@ -34,6 +42,9 @@ bool fusedReduction(const at::Tensor& x);
 // then (keepdim) one of size 1 for each reduced one. Call only where
 // fusedReduction(x).
 at::Tensor fusedReductionResult(Reduction kind, const at::Tensor& x, int64_t trailing, bool keepdim);
+// The ops this file registers on MTIA (the fallback's structured-op list
+// leaves them to it): linalg_vector_norm, norm.ScalarOpt_dim.
+const std::unordered_set<std::string>& reductionOps();
 // How many reductions the loops ran so far (for tests).
 int64_t fusedReductionCalls();
 

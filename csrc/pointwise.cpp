@@ -521,23 +521,6 @@ at::Tensor reduceAll(const c10::OperatorHandle& h, const char* name, const at::T
   return out;
 }
 
-// How many trailing dims of x `dim` names, where it names exactly the last k
-// (k >= 1), each once and in range (none: all of them); else -1.
-int64_t trailingDims(const at::Tensor& x, at::IntArrayRef dim) {
-  const int64_t ndim = x.dim();
-  if (dim.empty()) return ndim;
-  const auto k = static_cast<int64_t>(dim.size());
-  if (k > ndim) return -1;
-  std::vector<bool> seen(ndim, false);
-  for (int64_t d : dim) {
-    if (d < -ndim || d >= ndim) return -1;
-    const int64_t i = d < 0 ? d + ndim : d;
-    if (seen[i] || i < ndim - k) return -1;
-    seen[i] = true;
-  }
-  return k;
-}
-
 at::Tensor sum(const at::Tensor& x, std::optional<at::ScalarType> dtype) {
   static const c10::OperatorHandle h = handle("aten::sum", "");
   const bool same = !dtype || *dtype == x.scalar_type();
@@ -814,6 +797,7 @@ const std::unordered_set<std::string>& unboxedOps() {
                           "logical_not", "where.self", "masked_fill_.Scalar", "sum.dim_IntList", "mean.dim"})
       s.insert(n);
     s.insert(activationOps().begin(), activationOps().end());
+    s.insert(reductionOps().begin(), reductionOps().end());
     for (const char* n : kCompareOps) {
       s.insert(std::string(n) + ".Tensor");
       s.insert(std::string(n) + ".Scalar");

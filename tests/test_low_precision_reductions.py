@@ -165,6 +165,75 @@ def test_row_reductions_match_cpu(op, shape, dtype, mode):
             assert bool((err <= cpu_err + ulp)[finite].all())
 
 
+NORMS = {
+    "vector_norm": lambda x: torch.linalg.vector_norm(x),
+    "vector_norm_ord_2": lambda x: torch.linalg.vector_norm(x, 2.0, dim=None),
+    "vector_norm_rows": lambda x: torch.linalg.vector_norm(x, dim=-1),
+    "vector_norm_last_two_keepdim": lambda x: torch.linalg.vector_norm(x.view(x.shape[0], 1, -1), dim=(-1, -2),
+                                                                       keepdim=True),
+    "tensor_norm": lambda x: x.norm(),
+    "norm_rows": lambda x: torch.norm(x, p=2, dim=1),
+    "norm_empty_dim": lambda x: torch.norm(x, dim=[]),
+}
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+@pytest.mark.parametrize("shape", [(GRAIN + 1,), (2521, 13), (33, 1025), (C._parallel_work() // 1000 + 3, 1000)],
+                         ids=str)
+@pytest.mark.parametrize("op", sorted(NORMS))
+def test_norms_match_cpu(op, shape, dtype, mode):
+    torch.manual_seed(len(shape) + shape[-1])
+    x = (torch.randn(*shape) * 4).to(dtype)
+    if op.endswith(("rows", "keepdim")) and len(shape) == 1:
+        x = x[:-1].view(-1, 64)  # (a 1-d tensor's rows: one)
+    elif len(shape) > 1:
+        x[1, 0], x[2, -1] = float("nan"), float("-inf")  # a NaN row, an infinite one
+    for _ in range(2):  # first and later calls of the signature
+        got, want = run(mode, NORMS[op], x, fused=x.numel() > GRAIN)
+        assert torch.equal(got.isnan(), want.isnan()) and torch.equal(got.isinf(), want.isinf())
+        torch.testing.assert_close(got, want, equal_nan=True)
+        exact = NORMS[op](x.double())
+        ulp = torch.finfo(dtype).eps * exact.abs().clamp(min=1)
+        finite = exact.isfinite()
+        err, cpu_err = (got.double() - exact).abs(), (want.double() - exact).abs()
+        assert bool((err <= cpu_err + ulp)[finite].all())
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+def test_norm_overflow_and_calls_the_loops_do_not_take(dtype, mode):
+    big = torch.full((GRAIN + 3,), torch.finfo(dtype).max / 2).to(dtype)  # squares past float32 (bf16) or the dtype
+    got, want = run(mode, NORMS["vector_norm"], big)
+    assert torch.equal(got.isinf(), want.isinf()), (got, want)
+    torch.testing.assert_close(got, want)
+    x = torch.randn(300, 200).to(dtype)
+    for name, f in {"ord_1": lambda t: torch.linalg.vector_norm(t, 1), "ord_inf": lambda t: t.norm(float("inf")),
+                    "leading_dim": lambda t: torch.linalg.vector_norm(t, dim=0),
+                    "float32_result": lambda t: torch.linalg.vector_norm(t, dtype=torch.float32),
+                    "transposed": lambda t: t.t().norm()}.items():
+        got, want = run(mode, f, x, fused=False)
+        torch.testing.assert_close(got, want, msg=name)
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+def test_norm_gradients_and_errors_as_on_cpu(dtype, mode):
+    x = torch.randn(GRAIN + 9).to(dtype)
+    grads = []
+    for device in ("cpu", "mtia"):
+        t = x.to(device).detach().requires_grad_()
+        (torch.linalg.vector_norm(t) * 3).backward()
+        grads.append(t.grad.cpu())
+    torch.testing.assert_close(grads[1], grads[0])
+    for f in (lambda t: torch.linalg.vector_norm(t, dim=4), lambda t: torch.linalg.vector_norm(t, 1j),
+              lambda t: torch.linalg.vector_norm(t, dtype=torch.int32)):
+        with pytest.raises(Exception) as cpu_error:
+            f(x)
+        with pytest.raises(type(cpu_error.value)) as mtia_error:
+            f(x.to("mtia"))
+        assert str(mtia_error.value) == str(cpu_error.value)
+    got, want = run(mode, NORMS["vector_norm"], x)  # the device stays usable
+    torch.testing.assert_close(got, want)
+
+
 @pytest.mark.parametrize("dtype", LOW, ids=str)
 def test_every_row_element_counts(dtype, mode):
     rows, cols = 2049, 33  # one nonzero element a row, at every position

@@ -132,26 +132,28 @@ bool sameDenseLayout(const at::Tensor& a, const at::Tensor& b) {
   return true;
 }
 
-bool convertLowPrecision(const at::Tensor& dst, const at::Tensor& src) {
+bool convertLowPrecision(const at::Tensor& dst, const at::Tensor& src, bool threads) {
   if (kernelIsa() == KernelIsa::kNone || !sameDenseLayout(dst, src)) return false;
   const int64_t n = src.numel();
-  if (dst.scalar_type() == at::kFloat && isLowPrecision(src.scalar_type())) {
-    const bool bf16 = src.scalar_type() == at::kBFloat16;
-    const auto* x = static_cast<const uint16_t*>(src.data_ptr());
-    auto* out = static_cast<float*>(dst.data_ptr());
-    if (wide()) avx512::widen(bf16, x, out, n);
-    else avx2::widen(bf16, x, out, n);
-    return true;
-  }
-  if (src.scalar_type() == at::kFloat && isLowPrecision(dst.scalar_type())) {
-    const bool bf16 = dst.scalar_type() == at::kBFloat16;
-    const auto* x = static_cast<const float*>(src.data_ptr());
-    auto* out = static_cast<uint16_t*>(dst.data_ptr());
-    if (wide()) avx512::narrow(bf16, x, out, n);
-    else avx2::narrow(bf16, x, out, n);
-    return true;
-  }
-  return false;
+  const bool to_float = dst.scalar_type() == at::kFloat && isLowPrecision(src.scalar_type());
+  if (!to_float && !(src.scalar_type() == at::kFloat && isLowPrecision(dst.scalar_type()))) return false;
+  const bool bf16 = (to_float ? src : dst).scalar_type() == at::kBFloat16;
+  const void* x = src.data_ptr();
+  void* out = dst.data_ptr();
+  auto range = [&](int64_t begin, int64_t end) {
+    if (to_float) {
+      const auto* xp = static_cast<const uint16_t*>(x) + begin;
+      if (wide()) avx512::widen(bf16, xp, static_cast<float*>(out) + begin, end - begin);
+      else avx2::widen(bf16, xp, static_cast<float*>(out) + begin, end - begin);
+    } else {
+      const auto* xp = static_cast<const float*>(x) + begin;
+      if (wide()) avx512::narrow(bf16, xp, static_cast<uint16_t*>(out) + begin, end - begin);
+      else avx2::narrow(bf16, xp, static_cast<uint16_t*>(out) + begin, end - begin);
+    }
+  };
+  if (threads) forEachThread(n, range);
+  else range(0, n);
+  return true;
 }
 
 void arithmeticLoop(Arithmetic kind, bool bf16, const uint16_t* x, const uint16_t* y, float s, float alpha,

@@ -67,7 +67,8 @@ void activationLoop(Activation kind, bool bf16, const uint16_t* x, const uint16_
 // other dtypes or layouts, or ISA kNone: the caller copies. (The float32 path's conversions of operands in cache:
 // ATen's copy_ costs a few microseconds of set-up a call, and its loops are
 // slower there.)
-bool convertLowPrecision(const at::Tensor& dst, const at::Tensor& src);
+// (threads: in ranges on the calling thread's team, forEachThread.)
+bool convertLowPrecision(const at::Tensor& dst, const at::Tensor& src, bool threads = false);
 // Whether `a` and `b` are non-overlapping and dense with the same sizes and
 // strides (those of size-1 dims aside): element i of each is then the i-th
 // of its memory, which starts at data_ptr().

@@ -14,15 +14,13 @@ import low_precision_setting
 
 C = openmtia._C
 LOW = [torch.bfloat16, torch.float16]
-MODES = ["float32", "native"]
 
 
-@pytest.fixture(params=MODES)
+@pytest.fixture(params=low_precision_setting.modes())
 def mode(request):
-    before = C._low_precision_mode()
-    C._set_low_precision_mode(request.param)
-    yield request.param
-    C._set_low_precision_mode(before)
+    # the float32 path under each ISA of the conversions' loops (none: ATen's copy)
+    for mode, _ in low_precision_setting.setting(request.param):
+        yield mode
 
 
 def positive(*shape, dtype):

@@ -206,3 +206,26 @@ def test_a_dtype_conversion_on_the_device_takes_its_operands_at_the_call():
     assert torch.equal(half.cpu(), a.to(torch.bfloat16))
     assert torch.equal(dst_view.cpu(), a.to(torch.float64).view(30))
     assert torch.equal(ints.cpu(), (a * 100).to(torch.int32))
+
+
+@pytest.mark.parametrize("low", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("n", [7, 16, 33, 1000, 65536 + 9])
+def test_float32_low_precision_casts_on_the_device_as_on_cpu(low, n):
+    # mtia -> mtia casts between float32 and bf16/fp16 run the vector loops:
+    # rounding to nearest even, overflow to inf, subnormals, signed zeros and
+    # NaNs (a signaling NaN whose payload sits in the low 16 bits stays NaN,
+    # not bf16's inf), at every position of the vectors and the tail
+    specials = torch.tensor([0x7F800001, 0x7FC00000, 0xFF800001, 0x7F7FFFFF, 0x00000001, 0x80000000, 0x3F808000,
+                             0x3F818000, 0x477FF000, 0x477FEFFF, 0x33800000, 0x387FC000], dtype=torch.int64)
+    x = torch.randn(n, generator=torch.Generator().manual_seed(n)) * 1000
+    bits = x.view(torch.int32)
+    for start in range(0, n, max(1, n // 5)):
+        k = min(len(specials), n - start)
+        bits[start:start + k] = specials[:k].to(torch.int32)
+    for src, dst in ((x, low), (x.to(low), torch.float32)):
+        expected = src.to(dst)
+        got = src.to("mtia").to(dst).cpu()
+        assert torch.equal(got.isnan(), expected.isnan())
+        keep = ~expected.isnan()
+        int_type = torch.int16 if dst != torch.float32 else torch.int32
+        assert torch.equal(got[keep].view(int_type), expected[keep].view(int_type))

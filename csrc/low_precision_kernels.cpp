@@ -2,6 +2,7 @@
 // low_precision_kernels.h).
 #include "low_precision_kernels.h"
 
+#include <ATen/Parallel.h>
 #include <ATen/TensorIterator.h>
 #include <ATen/Version.h>
 #include <c10/util/BFloat16.h>
@@ -13,6 +14,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "common.h"
 #include "low_precision.h"
@@ -173,6 +175,52 @@ double sumLoop(bool bf16, const uint16_t* x, int64_t n, bool squares) {
 
 float extremumLoop(bool bf16, bool max, const uint16_t* x, int64_t n) {
   return wide() ? avx512::extremum(bf16, max, x, n) : avx2::extremum(bf16, max, x, n);
+}
+
+namespace {
+
+// The winner so far of an argmax/argmin over parts taken in order: a later
+// part's winner replaces it only if strictly better or the first NaN (the
+// loops' rule for their lanes).
+struct ArgWinner {
+  int64_t index = -1;
+  float value = 0;
+  void offer(bool max, int64_t i, float v) {
+    if (i < 0) return;
+    const bool v_nan = v != v, nan = value != value;
+    if (index < 0 || (!nan && (v_nan || (max ? v > value : v < value)))) index = i, value = v;
+  }
+};
+
+float valueAt(bool bf16, const uint16_t* x, int64_t i) {
+  return bf16 ? static_cast<float>(c10::BFloat16(x[i], c10::BFloat16::from_bits()))
+              : static_cast<float>(c10::Half(x[i], c10::Half::from_bits()));
+}
+
+}  // namespace
+
+int64_t argExtremumLoop(bool bf16, bool max, const uint16_t* x, int64_t n, bool threads) {
+  // the loops count in int32 lanes: blocks below 2^30 elements
+  constexpr int64_t kBlock = int64_t{1} << 30;
+  auto range = [&](int64_t begin, int64_t end) {
+    ArgWinner w;
+    for (int64_t b = begin; b < end; b += kBlock) {
+      const int64_t m = std::min(kBlock, end - b);
+      const int64_t i =
+          b + (wide() ? avx512::argExtremum(bf16, max, x + b, m) : avx2::argExtremum(bf16, max, x + b, m));
+      w.offer(max, i, valueAt(bf16, x, i));
+    }
+    return w.index;
+  };
+  if (!threads) return range(0, n);
+  const int64_t parts = std::min<int64_t>(n, at::get_num_threads());
+  std::vector<int64_t> winners(parts, -1);
+  forEachThread(parts, [&](int64_t first, int64_t last) {
+    for (int64_t t = first; t < last; ++t) winners[t] = range(n * t / parts, n * (t + 1) / parts);
+  });
+  ArgWinner w;
+  for (int64_t i : winners) w.offer(max, i, i < 0 ? 0.0f : valueAt(bf16, x, i));
+  return w.index;
 }
 
 }  // namespace openmtia

@@ -95,5 +95,9 @@ void compareLoop(Comparison kind, bool bf16, const uint16_t* x, const uint16_t* 
 double sumLoop(bool bf16, const uint16_t* x, int64_t n, bool squares = false);
 // The largest (max) or smallest of n >= 1 elements; NaN if any is NaN.
 float extremumLoop(bool bf16, bool max, const uint16_t* x, int64_t n);
+// The index of the first largest (max) or smallest of n >= 1 elements; the
+// first NaN's if any is NaN (CPU's argmax/argmin). threads: in ranges on the
+// calling thread's team (forEachThread), their winners taken in order.
+int64_t argExtremumLoop(bool bf16, bool max, const uint16_t* x, int64_t n, bool threads = false);
 
 }  // namespace openmtia

@@ -114,6 +114,32 @@ at::Tensor fusedReductionResult(Reduction kind, const at::Tensor& x, int64_t tra
   return out;
 }
 
+at::Tensor fusedArgResult(bool max, const at::Tensor& x, bool all, bool keepdim) {
+  c10::DeviceGuard guard(x.device());
+  std::vector<int64_t> sizes;
+  if (!all) sizes.assign(x.sizes().begin(), x.sizes().end() - 1);
+  const int64_t rows = c10::multiply_integers(sizes);
+  if (keepdim) sizes.resize(x.dim(), 1);
+  at::Tensor out = at::detail::empty_generic(sizes, deviceAllocator(), c10::DispatchKeySet(c10::DispatchKey::MTIA),
+                                             at::kLong, std::nullopt);
+  g_calls.fetch_add(1, std::memory_order_relaxed);
+  const auto* xp = static_cast<const uint16_t*>(x.data_ptr());
+  auto* op = static_cast<int64_t*>(out.data_ptr());
+  const int64_t n = x.numel(), cols = n / rows;
+  const bool bf16 = x.scalar_type() == at::kBFloat16;
+  launchOnCurrentStream(x.device().index(), max ? "aten::argmax" : "aten::argmin", [=] {
+    useKernelThreads(n);
+    if (rows == 1) {
+      *op = argExtremumLoop(bf16, max, xp, n, /*threads=*/true);
+      return;
+    }
+    forEachThread(rows, [&](int64_t first, int64_t last) {
+      for (int64_t r = first; r < last; ++r) op[r] = argExtremumLoop(bf16, max, xp + r * cols, cols);
+    });
+  });
+  return out;
+}
+
 int64_t fusedReductionCalls() { return g_calls.load(); }
 
 namespace {
@@ -145,16 +171,30 @@ at::Tensor norm(const at::Tensor& x, const std::optional<c10::Scalar>& p, at::In
   return boxedFallbackCall(op, {x, p, dim, keepdim});
 }
 
+// argmax/argmin over all elements or the last dim through the loops; every
+// other call the boxed fallback.
+template <bool kMax>
+at::Tensor argExtremum(const at::Tensor& x, std::optional<int64_t> dim, bool keepdim) {
+  static const c10::OperatorHandle op =
+      c10::Dispatcher::singleton().findSchemaOrThrow(kMax ? "aten::argmax" : "aten::argmin", "");
+  const bool last = dim && x.dim() > 0 && (*dim == x.dim() - 1 || *dim == -1);
+  if ((!dim || last) && fusedReduction(x)) return fusedArgResult(kMax, x, !dim || x.dim() == 1, keepdim);
+  return boxedFallbackCall(op, {x, dim, keepdim});
+}
+
 }  // namespace
 
 const std::unordered_set<std::string>& reductionOps() {
-  static const std::unordered_set<std::string> ops = {"linalg_vector_norm", "norm.ScalarOpt_dim"};
+  static const std::unordered_set<std::string> ops = {"linalg_vector_norm", "norm.ScalarOpt_dim", "argmax",
+                                                      "argmin"};
   return ops;
 }
 
 TORCH_LIBRARY_IMPL(aten, MTIA, m) {
   m.impl("linalg_vector_norm", &vectorNorm);
   m.impl("norm.ScalarOpt_dim", &norm);
+  m.impl("argmax", &argExtremum<true>);
+  m.impl("argmin", &argExtremum<false>);
 }
 
 }  // namespace openmtia

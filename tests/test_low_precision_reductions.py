@@ -234,6 +234,60 @@ def test_norm_gradients_and_errors_as_on_cpu(dtype, mode):
     torch.testing.assert_close(got, want)
 
 
+ARGS = {
+    "argmax": lambda x: x.argmax(),
+    "argmin": lambda x: x.argmin(),
+    "argmax_keepdim": lambda x: x.argmax(keepdim=True),
+    "argmax_rows": lambda x: x.argmax(dim=-1),
+    "argmin_rows_keepdim": lambda x: x.argmin(dim=x.dim() - 1, keepdim=True),
+    "argmax_flat_dim_0": lambda x: x.view(-1).argmax(0),
+}
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+@pytest.mark.parametrize("shape", ROW_SHAPES, ids=str)
+@pytest.mark.parametrize("op", sorted(ARGS))
+def test_argmax_argmin_match_cpu(op, shape, dtype, mode):
+    # ties keep the first index (values rounded to the dtype tie often; +0
+    # and -0 are equal); a NaN wins, the first one; +-inf; a row of one value
+    torch.manual_seed(shape[1] + 1)
+    x = torch.randint(-20, 20, shape).to(dtype) / 4
+    rows, cols = shape
+    x[1, cols // 2] = float("nan")
+    x[1, -1] = float("nan")
+    x[2, -1] = float("inf")
+    x[3, 0] = float("-inf")
+    x[4] = 7.0
+    if rows > 6:
+        x[5] = -0.0
+        x[5, -1] = 0.0
+    x[rows // 2 + 1, -1] = float("nan")  # (the second thread's part of a flattened call)
+    for _ in range(2):  # first and later calls of the signature
+        got, want = run(mode, ARGS[op], x)
+        assert got.dtype == torch.int64 and torch.equal(got, want), op
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+def test_argmax_every_position_and_calls_the_loops_do_not_take(dtype, mode):
+    rows, cols = 2049, 33  # the largest at every position of a row, and a tie after it
+    x = torch.zeros(rows, cols, dtype=dtype)
+    x[torch.arange(rows), torch.arange(rows) % cols] = 3
+    x[torch.arange(rows), (torch.arange(rows) + 5) % cols] = 3
+    for op in ("argmax_rows", "argmin_rows_keepdim"):
+        got, want = run(mode, ARGS[op], x if op.startswith("argmax") else -x)
+        assert torch.equal(got, want), op
+    y = torch.randn(300, 200).to(dtype)
+    for name, f in {"leading_dim": lambda t: t.argmax(dim=0), "transposed": lambda t: t.t().argmax(dim=1),
+                    "small": lambda t: t[:10].argmax()}.items():
+        got, want = run(mode, f, y, fused=False)
+        assert torch.equal(got, want), name
+    with pytest.raises(IndexError) as cpu_error:
+        y.argmax(dim=2)
+    with pytest.raises(IndexError) as mtia_error:
+        y.to("mtia").argmax(dim=2)
+    assert str(mtia_error.value) == str(cpu_error.value)
+
+
 @pytest.mark.parametrize("dtype", LOW, ids=str)
 def test_every_row_element_counts(dtype, mode):
     rows, cols = 2049, 33  # one nonzero element a row, at every position

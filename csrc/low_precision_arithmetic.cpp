@@ -41,7 +41,8 @@ bool plainBound(const std::optional<c10::Scalar>& v, bool bf16) {
 
 // out = a kind b (or s) with the loops' own s and alpha (arithmeticLoop).
 void launchLoops(Arithmetic kind, const at::Tensor& a, const at::Tensor& b, float s, float f, const at::Tensor& out) {
-  static const char* const kNames[] = {"aten::add", "aten::sub", "aten::mul", "aten::div", "aten::clamp"};
+  static const char* const kNames[] = {"aten::add", "aten::sub", "aten::mul", "aten::div", "aten::clamp",
+                                       "aten::rsub"};
   const bool bf16 = a.scalar_type() == at::kBFloat16;
   g_calls.fetch_add(1, std::memory_order_relaxed);
   const auto* x = static_cast<const uint16_t*>(a.data_ptr());
@@ -77,7 +78,7 @@ void launchArithmetic(Arithmetic kind, const at::Tensor& a, const at::Tensor& b,
   const bool bf16 = a.scalar_type() == at::kBFloat16;
   // as CPU's kernels take them: alpha, and the number of add and sub, rounded
   // to the dtype (mul and div: the number in float32)
-  const bool additive = kind == Arithmetic::kAdd || kind == Arithmetic::kSub;
+  const bool additive = kind == Arithmetic::kAdd || kind == Arithmetic::kSub || kind == Arithmetic::kRsub;
   const float s = !b.defined() && additive ? inDtype(number, bf16) : static_cast<float>(number);
   launchLoops(kind, a, b, s, inDtype(alpha.toDouble(), bf16), out);
 }

@@ -717,6 +717,17 @@ struct Binary {
   }
 
   static at::Tensor call(const at::Tensor& a, const at::Tensor& b, const c10::Scalar& alpha) {
+    if constexpr (op == Op::kSub) {
+      // number - tensor (rsub: `1 - x`): s - alpha * x through the loops (a
+      // bool number or alpha: CPU's error, from the boxed path)
+      if (number(a) && a.scalar_type() != at::kBool && !number(b) && !rejected(a, alpha) &&
+          fusedArithmetic(b, at::Tensor(), alpha)) {
+        c10::DeviceGuard guard(b.device());
+        at::Tensor out = emptyDeviceLike(b);
+        launchArithmetic(Arithmetic::kRsub, b, at::Tensor(), a.item<double>(), alpha, out);
+        return out;
+      }
+    }
     if (fused(a, b, alpha)) {
       c10::DeviceGuard guard(a.device());
       at::Tensor out = emptyDeviceLike(a);

@@ -82,10 +82,21 @@ def test_tensor_number_bits_as_cpu(number, dtype, mode):
     # add/sub take the number rounded to the dtype, mul/div in float32 (CPU's)
     a, _ = operands(GRAIN + 77, dtype, 2)
     ops = (("add", operator.add), ("sub", operator.sub), ("mul", operator.mul), ("div", operator.truediv))
+    ops += (("rsub", lambda t, s: s - t),)
     for name, f in ops + (("add_true", lambda t, s: t + True), ("mul_true", lambda t, s: t * True)):
         got, cpu = on_mtia(mode, lambda t: f(t, number), a), f(a, number)
         assert got.dtype == cpu.dtype == dtype
         assert same_bits(got, cpu), (name, number)
+    # rsub with alpha: s - alpha * x in one fused multiply-add (CPU's vector
+    # loop; its scalar tail rounds alpha * x apart, as add's)
+    got = on_mtia(mode, lambda t: torch.rsub(t, number, alpha=0.7), a)
+    DTYPE[0] = dtype
+    if mode == "fused":
+        s = torch.tensor(number).to(dtype).float().expand(a.shape)
+        assert same_bits(got, fma(a.float(), -0.7, s).to(dtype))
+    scale = (abs(number) + a.float().abs()) * torch.finfo(dtype).eps * 2
+    cpu = torch.rsub(a, number, alpha=0.7).float()
+    assert ((got.float() == cpu) | ((got.float() - cpu).abs() <= scale)).all()  # (1e5 is inf in fp16)
 
 
 @pytest.mark.parametrize("dtype", LOW, ids=str)
@@ -210,7 +221,8 @@ def test_errors_raise_at_the_call_as_on_cpu(dtype, mode):
     c = b[:-1]
     for f in (lambda x, y: x + y, lambda x, y: x.add_(y), lambda x, y: torch.add(x, y, alpha=1.5j),
               lambda x, y: torch.add(x, x, alpha=1.5j), lambda x, y: torch.add(x, x, alpha=True),
-              lambda x, y: x - True, lambda x, y: x.sub_(True), lambda x, y: x[:10] - True,
+              lambda x, y: x - True, lambda x, y: x.sub_(True), lambda x, y: x[:10] - True, lambda x, y: True - x,
+              lambda x, y: torch.rsub(x, 2, alpha=True),
               lambda x, y: torch.sub(x[:10], x[:10], alpha=True)):
         with pytest.raises(RuntimeError) as cpu_error:
             f(a.clone(), c)

@@ -177,6 +177,11 @@ float extremumLoop(bool bf16, bool max, const uint16_t* x, int64_t n) {
   return wide() ? avx512::extremum(bf16, max, x, n) : avx2::extremum(bf16, max, x, n);
 }
 
+void softmaxBackwardLoop(bool bf16, bool log, const uint16_t* g, const uint16_t* y, uint16_t* out, int64_t n) {
+  if (wide()) avx512::softmaxBackward(bf16, log, g, y, out, n);
+  else avx2::softmaxBackward(bf16, log, g, y, out, n);
+}
+
 namespace {
 
 // The winner so far of an argmax/argmin over parts taken in order: a later

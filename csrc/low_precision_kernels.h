@@ -95,6 +95,10 @@ void compareLoop(Comparison kind, bool bf16, const uint16_t* x, const uint16_t* 
 double sumLoop(bool bf16, const uint16_t* x, int64_t n, bool squares = false);
 // The largest (max) or smallest of n >= 1 elements; NaN if any is NaN.
 float extremumLoop(bool bf16, bool max, const uint16_t* x, int64_t n);
+// One row of n elements of softmax's backward, out = y * (g - sum(g * y)),
+// or (log) log_softmax's, out = g - exp(y) * sum(g): y the forward's
+// output, sums in float32, one rounding; out may be g.
+void softmaxBackwardLoop(bool bf16, bool log, const uint16_t* g, const uint16_t* y, uint16_t* out, int64_t n);
 // The index of the first largest (max) or smallest of n >= 1 elements; the
 // first NaN's if any is NaN (CPU's argmax/argmin). threads: in ranges on the
 // calling thread's team (forEachThread), their winners taken in order.

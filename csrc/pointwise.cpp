@@ -55,6 +55,7 @@
 #include "low_precision_arithmetic.h"
 #include "low_precision_comparisons.h"
 #include "low_precision_reductions.h"
+#include "low_precision_softmax.h"
 #include "operand.h"
 
 namespace openmtia {
@@ -809,6 +810,7 @@ const std::unordered_set<std::string>& unboxedOps() {
       s.insert(n);
     s.insert(activationOps().begin(), activationOps().end());
     s.insert(reductionOps().begin(), reductionOps().end());
+    s.insert(softmaxOps().begin(), softmaxOps().end());
     for (const char* n : kCompareOps) {
       s.insert(std::string(n) + ".Tensor");
       s.insert(std::string(n) + ".Scalar");

@@ -18,6 +18,7 @@
 #include "low_precision_comparisons.h"
 #include "low_precision_kernels.h"
 #include "low_precision_reductions.h"
+#include "low_precision_softmax.h"
 #include "plan_cache.h"
 
 namespace py = pybind11;
@@ -157,6 +158,7 @@ PYBIND11_MODULE(_C, m) {
   // bf16/fp16 activations through the fused kernel (low_precision_activations.h)
   m.def("_fused_activation_calls", &openmtia::fusedActivationCalls);
   m.def("_fused_reduction_calls", &openmtia::fusedReductionCalls);
+  m.def("_fused_softmax_calls", &openmtia::fusedSoftmaxCalls);
   m.def("_fused_comparison_calls", &openmtia::fusedComparisonCalls);
   m.def("_fused_arithmetic_calls", &openmtia::fusedArithmeticCalls);
   m.def("_loop_min_elements", &openmtia::loopMinElements);

@@ -1,0 +1,57 @@
+// bf16/fp16 softmax and log_softmax backward (see low_precision_softmax.h).
+#include "low_precision_softmax.h"
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/library.h>
+
+#include <atomic>
+
+#include "common.h"
+#include "low_precision_kernels.h"
+
+namespace openmtia {
+namespace {
+
+std::atomic<int64_t> g_calls{0};
+
+template <bool kLog>
+at::Tensor backward(const at::Tensor& grad, const at::Tensor& out, int64_t dim, at::ScalarType input_dtype) {
+  static const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow(
+      kLog ? "aten::_log_softmax_backward_data" : "aten::_softmax_backward_data", "");
+  const bool last = out.dim() > 0 && (dim == out.dim() - 1 || dim == -1);
+  if (!last || input_dtype != out.scalar_type() || !loopsTake(out, grad))
+    return boxedFallbackCall(op, {grad, out, dim, input_dtype});
+  c10::DeviceGuard guard(out.device());
+  at::Tensor result = emptyDeviceLike(out);
+  g_calls.fetch_add(1, std::memory_order_relaxed);
+  const auto* gp = static_cast<const uint16_t*>(grad.data_ptr());
+  const auto* yp = static_cast<const uint16_t*>(out.data_ptr());
+  auto* rp = static_cast<uint16_t*>(result.data_ptr());
+  const int64_t n = out.numel(), cols = out.size(-1), rows = n / cols;
+  const bool bf16 = out.scalar_type() == at::kBFloat16;
+  launchOnCurrentStream(out.device().index(), kLog ? "aten::_log_softmax_backward_data" : "aten::_softmax_backward_data",
+                        [=] {
+                          useKernelThreads(n * 3);
+                          forEachThread(rows, [&](int64_t first, int64_t last) {
+                            for (int64_t r = first; r < last; ++r)
+                              softmaxBackwardLoop(bf16, kLog, gp + r * cols, yp + r * cols, rp + r * cols, cols);
+                          });
+                        });
+  return result;
+}
+
+}  // namespace
+
+const std::unordered_set<std::string>& softmaxOps() {
+  static const std::unordered_set<std::string> ops = {"_softmax_backward_data", "_log_softmax_backward_data"};
+  return ops;
+}
+
+int64_t fusedSoftmaxCalls() { return g_calls.load(); }
+
+TORCH_LIBRARY_IMPL(aten, MTIA, m) {
+  m.impl("_softmax_backward_data", &backward<false>);
+  m.impl("_log_softmax_backward_data", &backward<true>);
+}
+
+}  // namespace openmtia

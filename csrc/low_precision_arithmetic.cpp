@@ -42,7 +42,7 @@ bool plainBound(const std::optional<c10::Scalar>& v, bool bf16) {
 // out = a kind b (or s) with the loops' own s and alpha (arithmeticLoop).
 void launchLoops(Arithmetic kind, const at::Tensor& a, const at::Tensor& b, float s, float f, const at::Tensor& out) {
   static const char* const kNames[] = {"aten::add", "aten::sub", "aten::mul", "aten::div", "aten::clamp",
-                                       "aten::rsub"};
+                                       "aten::rsub", "aten::lerp"};
   const bool bf16 = a.scalar_type() == at::kBFloat16;
   g_calls.fetch_add(1, std::memory_order_relaxed);
   const auto* x = static_cast<const uint16_t*>(a.data_ptr());
@@ -94,6 +94,14 @@ void launchClamp(const at::Tensor& a, const std::optional<c10::Scalar>& lo, cons
   const float inf = std::numeric_limits<float>::infinity();
   launchLoops(Arithmetic::kClamp, a, at::Tensor(), lo ? inDtype(lo->toDouble(), bf16) : -inf,
               hi ? inDtype(hi->toDouble(), bf16) : inf, out);
+}
+
+bool fusedLerp(const at::Tensor& self, const at::Tensor& end, const c10::Scalar& weight) {
+  return !weight.isComplex() && loopsTake(self, end);
+}
+
+void launchLerp(const at::Tensor& self, const at::Tensor& end, const c10::Scalar& weight, const at::Tensor& out) {
+  launchLoops(Arithmetic::kLerp, self, end, 0.0f, static_cast<float>(weight.toDouble()), out);  // (CPU: in float32)
 }
 
 int64_t fusedArithmeticCalls() { return g_calls.load(); }

@@ -1,4 +1,5 @@
-// bf16 and fp16 add, sub, mul, div and clamp at float32 speed on every host.
+// bf16 and fp16 add, sub, mul, div, clamp, rsub and lerp at float32 speed
+// on every host.
 //
 // CPU PyTorch's bf16/fp16 binary arithmetic widens each vector to float32,
 // computes and rounds back: on mtia an in-place bf16 add cost 1.18-1.22x
@@ -49,6 +50,12 @@ void launchArithmetic(Arithmetic kind, const at::Tensor& a, const at::Tensor& b,
 bool fusedClamp(const at::Tensor& a, const std::optional<c10::Scalar>& lo, const std::optional<c10::Scalar>& hi);
 void launchClamp(const at::Tensor& a, const std::optional<c10::Scalar>& lo, const std::optional<c10::Scalar>& hi,
                  const at::Tensor& out);
+// lerp(self, end, weight) = self + weight * (end - self) through the loops
+// (CPU's vector formula, the weight in float32): whether they take it
+// (self and end alike, as for fusedArithmetic; a real weight), and the
+// launch (out as above).
+bool fusedLerp(const at::Tensor& self, const at::Tensor& end, const c10::Scalar& weight);
+void launchLerp(const at::Tensor& self, const at::Tensor& end, const c10::Scalar& weight, const at::Tensor& out);
 // How many calls the loops ran so far (for tests).
 int64_t fusedArithmeticCalls();
 

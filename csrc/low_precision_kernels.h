@@ -75,8 +75,10 @@ bool convertLowPrecision(const at::Tensor& dst, const at::Tensor& src, bool thre
 bool sameDenseLayout(const at::Tensor& a, const at::Tensor& b);
 
 // add, sub, mul, div; clamp (min(max(x, s), alpha), NaN kept: CPU's vector
-// loop; y null); rsub (s - alpha * x, one fused multiply-add; y null).
-enum class Arithmetic { kAdd, kSub, kMul, kDiv, kClamp, kRsub };
+// loop; y null); rsub (s - alpha * x, one fused multiply-add; y null);
+// lerp (x + alpha * (y - x), CPU's vector form: alpha < 0.5 ? fma(alpha,
+// y - x, x) : fma(alpha - 1, y - x, y)).
+enum class Arithmetic { kAdd, kSub, kMul, kDiv, kClamp, kRsub, kLerp };
 // out[i] = x[i] kind y[i], or x[i] kind s where y is null, in float32 and
 // rounded once: add x + alpha * y in one fused multiply-add (CPU's
 // vectorized loop), sub x - alpha * y; alpha is ignored by mul and div. out

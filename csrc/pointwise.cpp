@@ -435,8 +435,24 @@ at::Tensor& inplaceWithTensorAndNumber(const c10::OperatorHandle& h, const char*
   return self;
 }
 
+// lerp (functional): bf16/fp16 through the loops, else the boxed path.
+at::Tensor lerp(const at::Tensor& self, const at::Tensor& end, const c10::Scalar& weight) {
+  static const c10::OperatorHandle h = handle("aten::lerp", "Scalar");
+  if (!fusedLerp(self, end, weight)) return boxedFallbackCall(h, {self, end, weight});
+  c10::DeviceGuard guard(self.device());
+  at::Tensor out = emptyDeviceLike(self);
+  launchLerp(self, end, weight, out);
+  return out;
+}
+
 at::Tensor& lerp_(at::Tensor& self, const at::Tensor& end, const c10::Scalar& weight) {
   static const c10::OperatorHandle h = handle("aten::lerp_", "Scalar");
+  // bf16/fp16 (an optimizer's state, a mixing of weights): the vector loops
+  if (at::get_overlap_status(self, end) != at::MemOverlapStatus::Partial && fusedLerp(self, end, weight)) {
+    c10::DeviceGuard guard(self.device());
+    launchLerp(self, end, weight, self);
+    return self;
+  }
   return inplaceWithTensorAndNumber(h, "aten::lerp_", self, end, weight, inplacePlain(self, {&end}) && !weight.isComplex());
 }
 
@@ -805,8 +821,9 @@ const std::unordered_set<std::string>& unboxedOps() {
     }
     for (const auto& b : kBinaryOps) s.insert(qualified(b.name, b.overload));
     for (const auto& b : kScalarOps) s.insert(qualified(b.name, b.overload));
-    for (const char* n : {"sum", "amax", "amin", "clamp", "addcmul_", "addcdiv_", "lerp_.Scalar", "bitwise_not",
-                          "logical_not", "where.self", "masked_fill_.Scalar", "sum.dim_IntList", "mean.dim"})
+    for (const char* n : {"sum", "amax", "amin", "clamp", "addcmul_", "addcdiv_", "lerp_.Scalar", "lerp.Scalar",
+                          "bitwise_not", "logical_not", "where.self", "masked_fill_.Scalar", "sum.dim_IntList",
+                          "mean.dim"})
       s.insert(n);
     s.insert(activationOps().begin(), activationOps().end());
     s.insert(reductionOps().begin(), reductionOps().end());
@@ -840,6 +857,7 @@ TORCH_LIBRARY_IMPL(aten, MTIA, m) {
   m.impl("addcmul_", &addcop_<false>);
   m.impl("addcdiv_", &addcop_<true>);
   m.impl("lerp_.Scalar", &lerp_);
+  m.impl("lerp.Scalar", &lerp);
   m.impl("bitwise_not", &negation<true>);
   m.impl("logical_not", &negation<false>);
   m.impl("where.self", &where);

@@ -185,6 +185,34 @@ def test_clamps_the_loops_do_not_take(dtype, mode):
 
 
 @pytest.mark.parametrize("dtype", LOW, ids=str)
+@pytest.mark.parametrize("weight", [0.1, 1 / 3, 0.5, 0.9, -0.7, 1.5, 0.0, 1.0, float("nan")])
+def test_lerp_bits_as_cpu(weight, dtype, mode):
+    # CPU's vector formula (weight < 0.5: start + w * d, else end - (1 - w) * d,
+    # one fused multiply-add, the weight in float32), in place (an optimizer's
+    # lerp_) and functional
+    a, b = operands(GRAIN + 77, dtype, 7)
+    a[:4] = torch.tensor([float("inf"), float("nan"), -0.0, 0.0])
+    b[:4] = torch.tensor([float("inf"), 1.0, 0.0, -0.0])
+    got = on_mtia(mode, lambda x, y: torch.lerp(x, y, weight), a, b)
+    assert same_bits(got, torch.lerp(a, b, weight))
+    m = a.to("mtia")
+    ptr, version = m.data_ptr(), m._version
+    n = C._fused_arithmetic_calls()
+    r = m.lerp_(b.to("mtia"), weight)
+    torch.mtia.synchronize()
+    assert C._fused_arithmetic_calls() - n == (1 if mode == "fused" else 0)
+    assert r is m and m.data_ptr() == ptr and m._version == version + 1
+    assert same_bits(m.cpu(), a.clone().lerp_(b, weight))
+    # a tensor weight, broadcast ends, partly overlapping operands: CPU's kernel (and its error)
+    for f in (lambda x, y: torch.lerp(x, y, torch.full_like(x, 0.3)), lambda x, y: torch.lerp(x, y[:1], 0.3)):
+        got = on_mtia(mode, f, a, b, fused=False)
+        assert same_bits(got, f(a, b))
+    with pytest.raises(RuntimeError, match="unsupported operation"):
+        m = torch.cat([a, a]).to("mtia")
+        m[1:GRAIN + 78].lerp_(m[:GRAIN + 77], 0.3)
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=str)
 def test_specials(dtype, mode):
     special = [0.0, -0.0, float("inf"), -float("inf"), float("nan"), 1.0, -1.0, torch.finfo(dtype).max,
                -torch.finfo(dtype).max, torch.finfo(dtype).tiny, 1e-40, 3.0]

@@ -124,6 +124,16 @@ def test_calls_the_loops_do_not_take_match_cpu(dtype, mode):
     assert torch.equal(x[:10].to("mtia").sum().cpu(), x[:10].sum())
 
 
+def assert_no_less_accurate(f, x, got, want):
+    """Each finite result at least as close to f in float64 as CPU's, give or
+    take one rounding of the dtype."""
+    exact = f(x.double())
+    ulp = torch.finfo(x.dtype).eps * exact.abs().clamp(min=1)
+    finite = exact.isfinite()
+    err, cpu_err = (got.double() - exact).abs(), (want.double() - exact).abs()
+    assert bool((err <= cpu_err + ulp)[finite].all())
+
+
 ROW_OPS = {
     "sum": lambda x: x.sum(dim=-1),
     "mean": lambda x: x.mean(dim=-1),
@@ -157,12 +167,7 @@ def test_row_reductions_match_cpu(op, shape, dtype, mode):
             torch.testing.assert_close(got, want, equal_nan=True, rtol=0, atol=0)
         else:
             torch.testing.assert_close(got, want, equal_nan=True)
-            # each row at least as close to the exact value as CPU's, give or take one rounding
-            exact = ROW_OPS[op](x.double())
-            ulp = torch.finfo(dtype).eps * exact.abs().clamp(min=1)
-            finite = exact.isfinite()
-            err, cpu_err = (got.double() - exact).abs(), (want.double() - exact).abs()
-            assert bool((err <= cpu_err + ulp)[finite].all())
+            assert_no_less_accurate(ROW_OPS[op], x, got, want)
 
 
 NORMS = {
@@ -192,11 +197,7 @@ def test_norms_match_cpu(op, shape, dtype, mode):
         got, want = run(mode, NORMS[op], x, fused=x.numel() > GRAIN)
         assert torch.equal(got.isnan(), want.isnan()) and torch.equal(got.isinf(), want.isinf())
         torch.testing.assert_close(got, want, equal_nan=True)
-        exact = NORMS[op](x.double())
-        ulp = torch.finfo(dtype).eps * exact.abs().clamp(min=1)
-        finite = exact.isfinite()
-        err, cpu_err = (got.double() - exact).abs(), (want.double() - exact).abs()
-        assert bool((err <= cpu_err + ulp)[finite].all())
+        assert_no_less_accurate(NORMS[op], x, got, want)
 
 
 @pytest.mark.parametrize("dtype", LOW, ids=str)

@@ -114,7 +114,7 @@ at::Tensor fusedReductionResult(Reduction kind, const at::Tensor& x, int64_t tra
   return out;
 }
 
-at::Tensor fusedArgResult(bool max, const at::Tensor& x, bool all, bool keepdim) {
+at::Tensor fusedArgResult(bool max, const at::Tensor& x, bool all, bool keepdim, at::Tensor* values) {
   c10::DeviceGuard guard(x.device());
   std::vector<int64_t> sizes;
   if (!all) sizes.assign(x.sizes().begin(), x.sizes().end() - 1);
@@ -122,19 +122,27 @@ at::Tensor fusedArgResult(bool max, const at::Tensor& x, bool all, bool keepdim)
   if (keepdim) sizes.resize(x.dim(), 1);
   at::Tensor out = at::detail::empty_generic(sizes, deviceAllocator(), c10::DispatchKeySet(c10::DispatchKey::MTIA),
                                              at::kLong, std::nullopt);
+  if (values)
+    *values = at::detail::empty_generic(sizes, deviceAllocator(), c10::DispatchKeySet(c10::DispatchKey::MTIA),
+                                        x.scalar_type(), std::nullopt);
   g_calls.fetch_add(1, std::memory_order_relaxed);
   const auto* xp = static_cast<const uint16_t*>(x.data_ptr());
   auto* op = static_cast<int64_t*>(out.data_ptr());
+  auto* vp = values ? static_cast<uint16_t*>(values->data_ptr()) : nullptr;  // (the element itself, its bits)
   const int64_t n = x.numel(), cols = n / rows;
   const bool bf16 = x.scalar_type() == at::kBFloat16;
   launchOnCurrentStream(x.device().index(), max ? "aten::argmax" : "aten::argmin", [=] {
     useKernelThreads(n);
     if (rows == 1) {
       *op = argExtremumLoop(bf16, max, xp, n, /*threads=*/true);
+      if (vp) *vp = xp[*op];
       return;
     }
     forEachThread(rows, [&](int64_t first, int64_t last) {
-      for (int64_t r = first; r < last; ++r) op[r] = argExtremumLoop(bf16, max, xp + r * cols, cols);
+      for (int64_t r = first; r < last; ++r) {
+        op[r] = argExtremumLoop(bf16, max, xp + r * cols, cols);
+        if (vp) vp[r] = xp[r * cols + op[r]];
+      }
     });
   });
   return out;
@@ -182,11 +190,27 @@ at::Tensor argExtremum(const at::Tensor& x, std::optional<int64_t> dim, bool kee
   return boxedFallbackCall(op, {x, dim, keepdim});
 }
 
+// max.dim/min.dim over the last dim: values and indices of argmax/argmin's
+// rule (CPU's); every other call the boxed fallback.
+template <bool kMax>
+std::tuple<at::Tensor, at::Tensor> extremumDim(const at::Tensor& x, int64_t dim, bool keepdim) {
+  static const c10::OperatorHandle op =
+      c10::Dispatcher::singleton().findSchemaOrThrow(kMax ? "aten::max" : "aten::min", "dim");
+  if (x.dim() > 0 && (dim == x.dim() - 1 || dim == -1) && fusedReduction(x)) {
+    at::Tensor values;
+    at::Tensor indices = fusedArgResult(kMax, x, x.dim() == 1, keepdim, &values);
+    return {values, indices};
+  }
+  torch::jit::Stack stack{x, dim, keepdim};
+  boxedFallback(op, &stack);
+  return {stack[0].toTensor(), stack[1].toTensor()};
+}
+
 }  // namespace
 
 const std::unordered_set<std::string>& reductionOps() {
   static const std::unordered_set<std::string> ops = {"linalg_vector_norm", "norm.ScalarOpt_dim", "argmax",
-                                                      "argmin"};
+                                                      "argmin",           "max.dim",            "min.dim"};
   return ops;
 }
 
@@ -195,6 +219,8 @@ TORCH_LIBRARY_IMPL(aten, MTIA, m) {
   m.impl("norm.ScalarOpt_dim", &norm);
   m.impl("argmax", &argExtremum<true>);
   m.impl("argmin", &argExtremum<false>);
+  m.impl("max.dim", &extremumDim<true>);
+  m.impl("min.dim", &extremumDim<false>);
 }
 
 }  // namespace openmtia

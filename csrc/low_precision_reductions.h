@@ -44,11 +44,13 @@ bool fusedReduction(const at::Tensor& x);
 at::Tensor fusedReductionResult(Reduction kind, const at::Tensor& x, int64_t trailing, bool keepdim);
 // argmax (max) or argmin of x's elements (all: flattened, a 0-dim result, or
 // with keepdim x's number of dims of size 1) or over its last dim, an int64
-// tensor: the first extremum's index, the first NaN's if any. Call only
+// tensor: the first extremum's index, the first NaN's if any; with
+// `values`, also the elements at those indices (max.dim/min.dim). Call only
 // where fusedReduction(x).
-at::Tensor fusedArgResult(bool max, const at::Tensor& x, bool all, bool keepdim);
+at::Tensor fusedArgResult(bool max, const at::Tensor& x, bool all, bool keepdim, at::Tensor* values = nullptr);
 // The ops this file registers on MTIA (the fallback's structured-op list
-// leaves them to it): linalg_vector_norm, norm.ScalarOpt_dim, argmax, argmin.
+// leaves them to it): linalg_vector_norm, norm.ScalarOpt_dim, argmax, argmin,
+// max.dim, min.dim.
 const std::unordered_set<std::string>& reductionOps();
 // How many reductions the loops ran so far (for tests).
 int64_t fusedReductionCalls();

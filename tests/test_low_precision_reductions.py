@@ -269,6 +269,33 @@ def test_argmax_argmin_match_cpu(op, shape, dtype, mode):
 
 
 @pytest.mark.parametrize("dtype", LOW, ids=str)
+@pytest.mark.parametrize("shape", ROW_SHAPES[1:4] + [(GRAIN + 5,)], ids=str)
+@pytest.mark.parametrize("op", ["max", "min"])
+def test_max_min_dim_values_and_indices_as_on_cpu(op, shape, dtype, mode):
+    # values and indices of argmax/argmin's rule; a value is the element itself
+    torch.manual_seed(len(shape))
+    x = torch.randint(-20, 20, shape).to(dtype) / 4
+    x.view(-1)[7] = float("nan")
+    x.view(-1)[-1] = float("-inf") if op == "max" else float("inf")
+    for keepdim in (False, True):  # (the first and a later call of the signature, each)
+        for _ in range(2):
+            n = C._fused_reduction_calls()
+            values, indices = getattr(x.to("mtia"), op)(dim=-1, keepdim=keepdim)
+            torch.mtia.synchronize()
+            assert C._fused_reduction_calls() - n == (1 if mode == "fused" else 0)
+            want_values, want_indices = getattr(x, op)(dim=-1, keepdim=keepdim)
+            assert values.dtype == dtype and values.shape == want_values.shape
+            assert torch.equal(indices.cpu(), want_indices)
+            torch.testing.assert_close(values.cpu(), want_values, equal_nan=True, rtol=0, atol=0)
+    grads = []
+    for device in ("cpu", "mtia"):  # autograd scatters through the indices
+        t = x.detach().to(device).requires_grad_()
+        getattr(t, op)(dim=-1).values.float().nan_to_num().sum().backward()
+        grads.append(t.grad.cpu())
+    assert torch.equal(grads[1], grads[0])
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=str)
 def test_argmax_every_position_and_calls_the_loops_do_not_take(dtype, mode):
     rows, cols = 2049, 33  # the largest at every position of a row, and a tie after it
     x = torch.zeros(rows, cols, dtype=dtype)
@@ -279,7 +306,7 @@ def test_argmax_every_position_and_calls_the_loops_do_not_take(dtype, mode):
         assert torch.equal(got, want), op
     y = torch.randn(300, 200).to(dtype)
     for name, f in {"leading_dim": lambda t: t.argmax(dim=0), "transposed": lambda t: t.t().argmax(dim=1),
-                    "small": lambda t: t[:10].argmax()}.items():
+                    "small": lambda t: t[:10].argmax(), "max_leading_dim": lambda t: t.max(dim=0).indices}.items():
         got, want = run(mode, f, y, fused=False)
         assert torch.equal(got, want), name
     with pytest.raises(IndexError) as cpu_error:

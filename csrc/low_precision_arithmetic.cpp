@@ -1,4 +1,5 @@
-// bf16/fp16 add, sub, mul and div (see low_precision_arithmetic.h).
+// bf16/fp16 add, sub, mul, div, clamp, rsub and lerp (see
+// low_precision_arithmetic.h).
 #include "low_precision_arithmetic.h"
 
 #include <c10/util/BFloat16.h>
@@ -43,6 +44,8 @@ bool plainBound(const std::optional<c10::Scalar>& v, bool bf16) {
 void launchLoops(Arithmetic kind, const at::Tensor& a, const at::Tensor& b, float s, float f, const at::Tensor& out) {
   static const char* const kNames[] = {"aten::add", "aten::sub", "aten::mul", "aten::div", "aten::clamp",
                                        "aten::rsub", "aten::lerp"};
+  static_assert(sizeof(kNames) / sizeof(kNames[0]) == static_cast<size_t>(Arithmetic::kLerp) + 1,
+                "a task name for each kind");
   const bool bf16 = a.scalar_type() == at::kBFloat16;
   g_calls.fetch_add(1, std::memory_order_relaxed);
   const auto* x = static_cast<const uint16_t*>(a.data_ptr());

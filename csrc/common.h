@@ -221,8 +221,10 @@ void boxedFallback(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 // The same for an op with one tensor result: `op(args...)` through the
 // boxed fallback.
 at::Tensor boxedFallbackCall(const c10::OperatorHandle& op, std::vector<c10::IValue> args);
-// A contiguous mtia tensor of a's sizes and dtype on the current device
-// (ops.cpp): the result of an unboxed kernel.
+// A contiguous mtia tensor of these sizes and dtype on the current device
+// (ops.cpp): the result of an unboxed kernel; emptyDeviceLike(a): a's sizes
+// and dtype.
+at::Tensor emptyDevice(at::IntArrayRef sizes, at::ScalarType dtype);
 at::Tensor emptyDeviceLike(const at::Tensor& a);
 // Ops with an unboxed kernel for their common case (pointwise.cpp and
 // low_precision_activations.cpp), as "name.overload" without "aten::".

@@ -17,8 +17,7 @@ std::atomic<int64_t> g_calls{0};
 at::Tensor launch(Comparison kind, const at::Tensor& a, const uint16_t* b, float s) {
   static const char* const kNames[] = {"aten::lt", "aten::le", "aten::gt", "aten::ge", "aten::eq", "aten::ne"};
   c10::DeviceGuard guard(a.device());
-  at::Tensor out = at::detail::empty_generic(a.sizes(), deviceAllocator(), c10::DispatchKeySet(c10::DispatchKey::MTIA),
-                                             at::kBool, std::nullopt);
+  at::Tensor out = emptyDevice(a.sizes(), at::kBool);
   g_calls.fetch_add(1, std::memory_order_relaxed);
   const auto* x = static_cast<const uint16_t*>(a.data_ptr());
   bool* o = out.data_ptr<bool>();

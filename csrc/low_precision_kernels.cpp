@@ -116,6 +116,21 @@ bool loopsTake(const at::Tensor& a, const at::Tensor& b, bool onednn) {
   return activationPath(a.scalar_type(), onednn) == LowPrecisionPath::kFloat32 && !isCapturing(a.device().index());
 }
 
+int64_t trailingDims(const at::Tensor& x, at::IntArrayRef dim) {
+  const int64_t ndim = x.dim();
+  if (dim.empty()) return ndim;
+  const auto k = static_cast<int64_t>(dim.size());
+  if (k > ndim) return -1;
+  std::vector<bool> seen(ndim, false);
+  for (int64_t d : dim) {
+    if (d < -ndim || d >= ndim) return -1;
+    const int64_t i = d < 0 ? d + ndim : d;
+    if (seen[i] || i < ndim - k) return -1;
+    seen[i] = true;
+  }
+  return k;
+}
+
 float inDtype(double v, bool bf16) {
   const auto f = static_cast<float>(v);
   return bf16 ? static_cast<float>(c10::BFloat16(f)) : static_cast<float>(c10::Half(f));

@@ -55,6 +55,10 @@ bool loopsTake(const at::Tensor& a, const at::Tensor& b = at::Tensor(), bool one
 // float, as CPU's kernels take a number of the tensor's dtype (1e40 is inf in
 // bf16, 70000 in fp16).
 float inDtype(double v, bool bf16);
+// How many trailing dims of x `dim` names, where it names exactly the last k
+// (k >= 1), each once and in range (none: all of them); else -1. (The
+// reductions' rows; 1: the last dim, as softmax's and argmax's.)
+int64_t trailingDims(const at::Tensor& x, at::IntArrayRef dim);
 
 // out[i] = kind(x[i]) (or kind(g[i], x[i])) for n elements, on the calling
 // thread; out may be x.

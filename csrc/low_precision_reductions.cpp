@@ -26,21 +26,6 @@ std::atomic<int64_t> g_calls{0};
 
 bool fusedReduction(const at::Tensor& x) { return loopsTake(x); }
 
-int64_t trailingDims(const at::Tensor& x, at::IntArrayRef dim) {
-  const int64_t ndim = x.dim();
-  if (dim.empty()) return ndim;
-  const auto k = static_cast<int64_t>(dim.size());
-  if (k > ndim) return -1;
-  std::vector<bool> seen(ndim, false);
-  for (int64_t d : dim) {
-    if (d < -ndim || d >= ndim) return -1;
-    const int64_t i = d < 0 ? d + ndim : d;
-    if (seen[i] || i < ndim - k) return -1;
-    seen[i] = true;
-  }
-  return k;
-}
-
 namespace {
 
 // A float32 sum (of squares for kNorm2) finished: mean = sum / n (CPU's:
@@ -81,6 +66,16 @@ float reduceAll(Reduction kind, bool bf16, const uint16_t* xp, int64_t n) {
   return r;
 }
 
+// The sizes of x reduced over its last `trailing` dims (keepdim: each kept
+// as 1), and in `rows` how many rows of the reduced dims' elements x holds.
+std::vector<int64_t> reducedSizes(const at::Tensor& x, int64_t trailing, bool keepdim, int64_t& rows) {
+  TORCH_INTERNAL_ASSERT(trailing >= 0 && trailing <= x.dim());
+  std::vector<int64_t> sizes(x.sizes().begin(), x.sizes().end() - trailing);
+  rows = c10::multiply_integers(sizes);
+  if (keepdim) sizes.resize(x.dim(), 1);
+  return sizes;
+}
+
 void store(bool bf16, void* out, int64_t i, float r) {
   if (bf16) static_cast<c10::BFloat16*>(out)[i] = c10::BFloat16(r);
   else static_cast<c10::Half*>(out)[i] = c10::Half(r);
@@ -91,13 +86,9 @@ void store(bool bf16, void* out, int64_t i, float r) {
 at::Tensor fusedReductionResult(Reduction kind, const at::Tensor& x, int64_t trailing, bool keepdim) {
   static const char* const kNames[] = {"aten::sum", "aten::mean", "aten::amax", "aten::amin",
                                        "aten::linalg_vector_norm"};
-  TORCH_INTERNAL_ASSERT(trailing >= 0 && trailing <= x.dim());
   c10::DeviceGuard guard(x.device());
-  std::vector<int64_t> sizes(x.sizes().begin(), x.sizes().end() - trailing);
-  const int64_t rows = c10::multiply_integers(sizes);
-  if (keepdim) sizes.resize(x.dim(), 1);
-  at::Tensor out = at::detail::empty_generic(sizes, deviceAllocator(), c10::DispatchKeySet(c10::DispatchKey::MTIA),
-                                             x.scalar_type(), std::nullopt);
+  int64_t rows;
+  at::Tensor out = emptyDevice(reducedSizes(x, trailing, keepdim, rows), x.scalar_type());
   g_calls.fetch_add(1, std::memory_order_relaxed);
   const auto* xp = static_cast<const uint16_t*>(x.data_ptr());
   void* op = out.data_ptr();
@@ -114,17 +105,13 @@ at::Tensor fusedReductionResult(Reduction kind, const at::Tensor& x, int64_t tra
   return out;
 }
 
-at::Tensor fusedArgResult(bool max, const at::Tensor& x, bool all, bool keepdim, at::Tensor* values) {
+at::Tensor fusedArgResult(bool max, const at::Tensor& x, int64_t trailing, bool keepdim, at::Tensor* values) {
+  TORCH_INTERNAL_ASSERT(trailing == 1 || trailing == x.dim());
   c10::DeviceGuard guard(x.device());
-  std::vector<int64_t> sizes;
-  if (!all) sizes.assign(x.sizes().begin(), x.sizes().end() - 1);
-  const int64_t rows = c10::multiply_integers(sizes);
-  if (keepdim) sizes.resize(x.dim(), 1);
-  at::Tensor out = at::detail::empty_generic(sizes, deviceAllocator(), c10::DispatchKeySet(c10::DispatchKey::MTIA),
-                                             at::kLong, std::nullopt);
-  if (values)
-    *values = at::detail::empty_generic(sizes, deviceAllocator(), c10::DispatchKeySet(c10::DispatchKey::MTIA),
-                                        x.scalar_type(), std::nullopt);
+  int64_t rows;
+  const std::vector<int64_t> sizes = reducedSizes(x, trailing, keepdim, rows);
+  at::Tensor out = emptyDevice(sizes, at::kLong);
+  if (values) *values = emptyDevice(sizes, x.scalar_type());
   g_calls.fetch_add(1, std::memory_order_relaxed);
   const auto* xp = static_cast<const uint16_t*>(x.data_ptr());
   auto* op = static_cast<int64_t*>(out.data_ptr());
@@ -185,8 +172,9 @@ template <bool kMax>
 at::Tensor argExtremum(const at::Tensor& x, std::optional<int64_t> dim, bool keepdim) {
   static const c10::OperatorHandle op =
       c10::Dispatcher::singleton().findSchemaOrThrow(kMax ? "aten::argmax" : "aten::argmin", "");
-  const bool last = dim && x.dim() > 0 && (*dim == x.dim() - 1 || *dim == -1);
-  if ((!dim || last) && fusedReduction(x)) return fusedArgResult(kMax, x, !dim || x.dim() == 1, keepdim);
+  // (dim: the last one; none: every element)
+  if ((!dim || trailingDims(x, *dim) == 1) && fusedReduction(x))
+    return fusedArgResult(kMax, x, dim ? 1 : x.dim(), keepdim);
   return boxedFallbackCall(op, {x, dim, keepdim});
 }
 
@@ -196,9 +184,9 @@ template <bool kMax>
 std::tuple<at::Tensor, at::Tensor> extremumDim(const at::Tensor& x, int64_t dim, bool keepdim) {
   static const c10::OperatorHandle op =
       c10::Dispatcher::singleton().findSchemaOrThrow(kMax ? "aten::max" : "aten::min", "dim");
-  if (x.dim() > 0 && (dim == x.dim() - 1 || dim == -1) && fusedReduction(x)) {
+  if (trailingDims(x, dim) == 1 && fusedReduction(x)) {
     at::Tensor values;
-    at::Tensor indices = fusedArgResult(kMax, x, x.dim() == 1, keepdim, &values);
+    at::Tensor indices = fusedArgResult(kMax, x, 1, keepdim, &values);
     return {values, indices};
   }
   torch::jit::Stack stack{x, dim, keepdim};

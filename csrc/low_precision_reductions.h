@@ -31,9 +31,6 @@ namespace openmtia {
 // squares, rounded once (CPU's fp16 norm is a scalar loop: 9x float32's time).
 enum class Reduction { kSum, kMean, kMax, kMin, kNorm2 };
 
-// How many trailing dims of x `dim` names, where it names exactly the last k
-// (k >= 1), each once and in range (none: all of them); else -1.
-int64_t trailingDims(const at::Tensor& x, at::IntArrayRef dim);
 
 // Whether the loops reduce `x` (see above; not while a graph is captured).
 bool fusedReduction(const at::Tensor& x);
@@ -42,12 +39,14 @@ bool fusedReduction(const at::Tensor& x);
 // then (keepdim) one of size 1 for each reduced one. Call only where
 // fusedReduction(x).
 at::Tensor fusedReductionResult(Reduction kind, const at::Tensor& x, int64_t trailing, bool keepdim);
-// argmax (max) or argmin of x's elements (all: flattened, a 0-dim result, or
-// with keepdim x's number of dims of size 1) or over its last dim, an int64
+// argmax (max) or argmin of x's elements (trailing x.dim(): flattened, a
+// 0-dim result, or with keepdim x's number of dims of size 1) or over its
+// last dim (trailing 1), an int64
 // tensor: the first extremum's index, the first NaN's if any; with
 // `values`, also the elements at those indices (max.dim/min.dim). Call only
 // where fusedReduction(x).
-at::Tensor fusedArgResult(bool max, const at::Tensor& x, bool all, bool keepdim, at::Tensor* values = nullptr);
+at::Tensor fusedArgResult(bool max, const at::Tensor& x, int64_t trailing, bool keepdim,
+                          at::Tensor* values = nullptr);
 // The ops this file registers on MTIA (the fallback's structured-op list
 // leaves them to it): linalg_vector_norm, norm.ScalarOpt_dim, argmax, argmin,
 // max.dim, min.dim.

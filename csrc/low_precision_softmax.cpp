@@ -18,8 +18,7 @@ template <bool kLog>
 at::Tensor backward(const at::Tensor& grad, const at::Tensor& out, int64_t dim, at::ScalarType input_dtype) {
   static const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow(
       kLog ? "aten::_log_softmax_backward_data" : "aten::_softmax_backward_data", "");
-  const bool last = out.dim() > 0 && (dim == out.dim() - 1 || dim == -1);
-  if (!last || input_dtype != out.scalar_type() || !loopsTake(out, grad))
+  if (trailingDims(out, dim) != 1 || input_dtype != out.scalar_type() || !loopsTake(out, grad))
     return boxedFallbackCall(op, {grad, out, dim, input_dtype});
   c10::DeviceGuard guard(out.device());
   at::Tensor result = emptyDeviceLike(out);

@@ -87,9 +87,11 @@ void growStorage(const c10::Storage& storage, size_t nbytes) {
 
 }  // namespace
 
-at::Tensor emptyDeviceLike(const at::Tensor& a) {
-  return at::detail::empty_generic(a.sizes(), deviceAllocator(), kMTIAKeys, a.scalar_type(), std::nullopt);
+at::Tensor emptyDevice(at::IntArrayRef sizes, at::ScalarType dtype) {
+  return at::detail::empty_generic(sizes, deviceAllocator(), kMTIAKeys, dtype, std::nullopt);
 }
+
+at::Tensor emptyDeviceLike(const at::Tensor& a) { return emptyDevice(a.sizes(), a.scalar_type()); }
 
 void ensureStorageFits(const at::Tensor& t) {
   if (t.numel() == 0 && !t.unsafeGetTensorImpl()->has_storage()) return;

@@ -286,8 +286,7 @@ at::Tensor binary(const at::Tensor& a, const at::Tensor& b) {
 }
 
 at::Tensor emptyBool(const at::Tensor& a) {
-  return at::detail::empty_generic(a.sizes(), deviceAllocator(), c10::DispatchKeySet(c10::DispatchKey::MTIA),
-                                   at::kBool, std::nullopt);
+  return emptyDevice(a.sizes(), at::kBool);
 }
 
 // (the loops' kinds, in kCompareOps's order)
@@ -519,8 +518,7 @@ at::Tensor reduceAll(const c10::OperatorHandle& h, const char* name, const at::T
   if (!plain || !small(x, integral ? Dtypes::kIntegral : Dtypes::kFloating))
     return boxedFallbackCall(h, std::move(boxed_args));
   c10::DeviceGuard guard(x.device());
-  at::Tensor out = at::detail::empty_generic({}, deviceAllocator(), c10::DispatchKeySet(c10::DispatchKey::MTIA),
-                                             x.scalar_type(), std::nullopt);
+  at::Tensor out = emptyDevice({}, x.scalar_type());
   launchOnCurrentStream(x.device().index(), name, [in = Operand(x), res = Operand(out)] {
     at::Tensor hx = in.host();
     at::Tensor o = at::from_blob(res.ptr, {}, at::TensorOptions().dtype(res.dtype));
@@ -593,8 +591,7 @@ at::Tensor reduceDims(const at::Tensor& x, at::OptionalIntArrayRef dim, bool kee
     else if (keepdim) out_sizes.push_back(1);
   }
   c10::DeviceGuard guard(x.device());
-  at::Tensor out = at::detail::empty_generic(out_sizes, deviceAllocator(), c10::DispatchKeySet(c10::DispatchKey::MTIA),
-                                             x.scalar_type(), std::nullopt);
+  at::Tensor out = emptyDevice(out_sizes, x.scalar_type());
   std::vector<int64_t> dims;
   if (dim) dims.assign(dim->begin(), dim->end());
   launchOnCurrentStream(x.device().index(), name,

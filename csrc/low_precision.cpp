@@ -203,6 +203,15 @@ at::Tensor chunkScratch(int64_t elements) {
   return at::from_blob(buffer.data(), {elements}, at::TensorOptions().dtype(at::kFloat));
 }
 
+// The float32 stand-in of `t` in `buf` from element `at`: t's own strides
+// where t is dense (a transposed operand stays transposed, and converts as
+// one run of memory), else contiguous.
+at::Tensor standIn(const at::Tensor& buf, int64_t at, const at::Tensor& t) {
+  const at::Tensor region = buf.narrow(0, at, t.numel());
+  if (t.is_non_overlapping_and_dense()) return region.as_strided(t.sizes(), t.strides());
+  return region.view(t.sizes());
+}
+
 // Runs `c` in float32 in chunks of batch entries, one range of entries per
 // thread of ATen's team in one parallel region: each thread converts a few
 // entries of the operands to float32 (up to kChunkElements together), runs
@@ -213,15 +222,6 @@ at::Tensor chunkScratch(int64_t elements) {
 // own: 1.33-1.39x the float32 kernel's time on a 16 x 128x64 @ 64x128 bmm
 // on an AVX2 host, this 1.10-1.17x. Same arithmetic: the float32 kernel of the op on
 // each entry, one rounding per result.
-// The float32 stand-in of `t` in `buf` from element `at`: t's own strides
-// where t is dense (a transposed operand stays transposed, and converts as
-// one run of memory), else contiguous.
-at::Tensor standIn(const at::Tensor& buf, int64_t at, const at::Tensor& t) {
-  const at::Tensor region = buf.narrow(0, at, t.numel());
-  if (t.is_non_overlapping_and_dense()) return region.as_strided(t.sizes(), t.strides());
-  return region.view(t.sizes());
-}
-
 void runEntries(const BatchedCall& c, int64_t begin, int64_t end) {
   const int64_t rows = c.a.size(1), inner = c.a.size(2), cols = c.b.size(2);
   const int64_t per_entry = rows * inner + inner * cols + rows * cols;
@@ -233,11 +233,8 @@ void runEntries(const BatchedCall& c, int64_t begin, int64_t end) {
     const at::Tensor a = standIn(buf, 0, a_low);
     const at::Tensor b = standIn(buf, a.numel(), b_low);
     at::Tensor out = standIn(buf, a.numel() + b.numel(), out_low);
-    auto convert = [](const at::Tensor& dst, const at::Tensor& src) {
-      if (!convertLowPrecision(dst, src)) dst.copy_(src);
-    };
-    convert(a, a_low);
-    convert(b, b_low);
+    convertOrCopy(a, a_low);
+    convertOrCopy(b, b_low);
     if (c.self.defined()) {
       // (beta 0: CPU's kernel ignores self, NaN and inf included)
       if (!(c.beta.isFloatingPoint() ? c.beta.toDouble() == 0 : c.beta.toLong() == 0))
@@ -246,7 +243,7 @@ void runEntries(const BatchedCall& c, int64_t begin, int64_t end) {
     } else {
       at::bmm_out(out, a, b);
     }
-    convert(out_low, out);
+    convertOrCopy(out_low, out);
   }
 }
 
@@ -318,7 +315,7 @@ void callCpuKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, bool
   for (auto& [t, f] : written) {  // each written argument rounded once
     if (work) useKernelThreads(t.numel());
     if (!t.sizes().equals(f.sizes())) t.resize_(f.sizes());  // as the kernel resizes an out= argument
-    if (!convertLowPrecision(t, f, /*threads=*/true)) t.copy_(f);
+    convertOrCopy(t, f, /*threads=*/true);
   }
   const size_t nrets = op.schema().returns().size();
   for (size_t i = stack->size() - nrets; i < stack->size(); ++i) {

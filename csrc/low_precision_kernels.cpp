@@ -173,6 +173,10 @@ bool convertLowPrecision(const at::Tensor& dst, const at::Tensor& src, bool thre
   return true;
 }
 
+void convertOrCopy(const at::Tensor& dst, const at::Tensor& src, bool threads) {
+  if (!convertLowPrecision(dst, src, threads)) dst.copy_(src);
+}
+
 void arithmeticLoop(Arithmetic kind, bool bf16, const uint16_t* x, const uint16_t* y, float s, float alpha,
                     uint16_t* out, int64_t n) {
   if (wide()) avx512::arithmetic(kind, bf16, x, y, s, alpha, out, n);

@@ -73,6 +73,8 @@ void activationLoop(Activation kind, bool bf16, const uint16_t* x, const uint16_
 // slower there.)
 // (threads: in ranges on the calling thread's team, forEachThread.)
 bool convertLowPrecision(const at::Tensor& dst, const at::Tensor& src, bool threads = false);
+// dst = src: convertLowPrecision where it takes them, else ATen's copy_.
+void convertOrCopy(const at::Tensor& dst, const at::Tensor& src, bool threads = false);
 // Whether `a` and `b` are non-overlapping and dense with the same sizes and
 // strides (those of size-1 dims aside): element i of each is then the i-th
 // of its memory, which starts at data_ptr().

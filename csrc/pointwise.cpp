@@ -112,6 +112,16 @@ bool small(const at::Tensor& t, Dtypes which = Dtypes::kFloating) {
   return !isCapturing(t.device().index());
 }
 
+// A fresh result like `like` (its sizes and dtype, on its device) that
+// `launch(out)` writes: the loops' kernels (low_precision_*.h).
+template <typename Launch>
+at::Tensor launchedLike(const at::Tensor& like, Launch&& launch) {
+  c10::DeviceGuard guard(like.device());
+  at::Tensor out = emptyDeviceLike(like);
+  launch(out);
+  return out;
+}
+
 // A Python number next to a tensor: the result keeps the tensor's dtype.
 bool number(const at::Tensor& t) {
   return t.defined() && t.device().is_cpu() && t.unsafeGetTensorImpl()->is_wrapped_number() &&
@@ -349,12 +359,7 @@ at::Tensor withScalar(const at::Tensor& a, const c10::Scalar& b) {
     constexpr bool kMin = std::string_view(spec.name) == "clamp_min";
     const std::optional<c10::Scalar> lo = kMin ? std::optional<c10::Scalar>(b) : std::nullopt;
     const std::optional<c10::Scalar> hi = kMin ? std::nullopt : std::optional<c10::Scalar>(b);
-    if (fusedClamp(a, lo, hi)) {
-      c10::DeviceGuard guard(a.device());
-      at::Tensor out = emptyDeviceLike(a);
-      launchClamp(a, lo, hi, out);
-      return out;
-    }
+    if (fusedClamp(a, lo, hi)) return launchedLike(a, [&](const at::Tensor& out) { launchClamp(a, lo, hi, out); });
   }
   if (!small(a) || b.isComplex()) return boxedFallbackCall(h, {a, b});
   c10::DeviceGuard guard(a.device());
@@ -370,12 +375,7 @@ at::Tensor withScalar(const at::Tensor& a, const c10::Scalar& b) {
 
 at::Tensor clamp(const at::Tensor& a, const std::optional<c10::Scalar>& lo, const std::optional<c10::Scalar>& hi) {
   static const c10::OperatorHandle h = handle("aten::clamp", "");
-  if (fusedClamp(a, lo, hi)) {
-    c10::DeviceGuard guard(a.device());
-    at::Tensor out = emptyDeviceLike(a);
-    launchClamp(a, lo, hi, out);
-    return out;
-  }
+  if (fusedClamp(a, lo, hi)) return launchedLike(a, [&](const at::Tensor& out) { launchClamp(a, lo, hi, out); });
   // (neither bound: CPU's argument error, at the call, from the fallback)
   if (!small(a) || (!lo && !hi) || (lo && lo->isComplex()) || (hi && hi->isComplex()))
     return boxedFallbackCall(h, {a, lo, hi});
@@ -438,10 +438,7 @@ at::Tensor& inplaceWithTensorAndNumber(const c10::OperatorHandle& h, const char*
 at::Tensor lerp(const at::Tensor& self, const at::Tensor& end, const c10::Scalar& weight) {
   static const c10::OperatorHandle h = handle("aten::lerp", "Scalar");
   if (!fusedLerp(self, end, weight)) return boxedFallbackCall(h, {self, end, weight});
-  c10::DeviceGuard guard(self.device());
-  at::Tensor out = emptyDeviceLike(self);
-  launchLerp(self, end, weight, out);
-  return out;
+  return launchedLike(self, [&](const at::Tensor& out) { launchLerp(self, end, weight, out); });
 }
 
 at::Tensor& lerp_(at::Tensor& self, const at::Tensor& end, const c10::Scalar& weight) {
@@ -735,19 +732,12 @@ struct Binary {
       // number - tensor (rsub: `1 - x`): s - alpha * x through the loops (a
       // bool number or alpha: CPU's error, from the boxed path)
       if (number(a) && a.scalar_type() != at::kBool && !number(b) && !rejected(a, alpha) &&
-          fusedArithmetic(b, at::Tensor(), alpha)) {
-        c10::DeviceGuard guard(b.device());
-        at::Tensor out = emptyDeviceLike(b);
-        launchArithmetic(Arithmetic::kRsub, b, at::Tensor(), a.item<double>(), alpha, out);
-        return out;
-      }
+          fusedArithmetic(b, at::Tensor(), alpha))
+        return launchedLike(b, [&](const at::Tensor& out) {
+          launchArithmetic(Arithmetic::kRsub, b, at::Tensor(), a.item<double>(), alpha, out);
+        });
     }
-    if (fused(a, b, alpha)) {
-      c10::DeviceGuard guard(a.device());
-      at::Tensor out = emptyDeviceLike(a);
-      launchFused(a, b, alpha, out);
-      return out;
-    }
+    if (fused(a, b, alpha)) return launchedLike(a, [&](const at::Tensor& out) { launchFused(a, b, alpha, out); });
     if (!plain(a, b, alpha)) {
       if constexpr (kAlpha) return boxedFallbackCall(functional(), {a, b, alpha});
       else return boxedFallbackCall(functional(), {a, b});

@@ -132,7 +132,10 @@ class HostCall {
       const auto& type = schema.arguments()[i].type();
       (*stack_)[first + i] = toHost((*stack_)[first + i], type);
     }
-    callCpuKernel(op_, stack_, float32Call(op_, *stack_));  // (bf16/fp16 matrix ops: low_precision.h)
+    {
+      HostKernelScope host_kernel(kernelWork(op_, workElements(*stack_)));  // (its threads: common.h)
+      callCpuKernel(op_, stack_, float32Call(op_, *stack_));  // (bf16/fp16 matrix ops: low_precision.h)
+    }
     writeBack();
     const size_t nrets = schema.returns().size();
     for (size_t i = stack_->size() - nrets; i < stack_->size(); ++i) (*stack_)[i] = toDevice((*stack_)[i]);
@@ -907,6 +910,7 @@ class AsyncCall {
     try {
       c10::WarningUtils::WarningHandlerGuard guard(&quiet);
       at::AutoDispatchBelowADInplaceOrView below_autograd;
+      HostKernelScope host_kernel(kernelWork(op_, workElements(stack)));
       op_.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &stack);
     } catch (const std::exception& e) {
       if (isInterrupt(e)) throw;

@@ -110,6 +110,7 @@ PYBIND11_MODULE(_C, m) {
   m.doc() = "openmtia: an open MTIA backend for PyTorch";
   // A launch into a full queue waits without holding the GIL.
   omr::setWaitHook([](void (*wait)(void*), void* arg) { openmtia::withoutGil([&] { wait(arg); }); });
+  omr::setIdleHook(openmtia::endThreadTeam);  // (threads.cpp)
   m.def("_default_generators", [] {
     py::tuple out(openmtia::deviceCount());
     for (c10::DeviceIndex i = 0; i < openmtia::deviceCount(); ++i)

@@ -9,18 +9,28 @@
 // keep the full thread count. (Inductor's C++ kernels name their thread
 // count in their own parallel regions.)
 //
-// "Little" is larger than on the host. Beside the host's OpenMP team the
-// worker's makes more OpenMP threads than cores, so libgomp spins only
-// briefly before its threads sleep, and every parallel region of the worker
-// pays for waking its team: 40-50 us on this 2-core VM (measured: a 64K-
-// element add 3.9 us on CPU, 49 us on mtia with two threads, 6.8 us with
-// one), and the host thread launching the next ops competes for the cores.
-// One thread is faster up to about 2M elements of work (operands and
-// results) of a memory-bound kernel: a sum of 1M float32 elements (work 1M)
-// took 87 us on two threads and 44 us on one (CPU: 26 us), 2M 86 and 89 us,
-// 4M 162 and 170 us; an add of 1M (work 2M) 115 and 87 us at a threshold of
-// 1M, 2M 145 and 159 us. A matrix op's elements count kDenseWorkScale times
-// (its work grows faster than its elements): up to about 128K of them.
+// "Little" is twice ATen's own grain (kParallelWork: 64K elements of work,
+// operands and results). That holds while the device's threads are the
+// process's only OpenMP team beside at most an idle host thread: libgomp
+// spins a team's threads between parallel regions only while the process
+// has no more OpenMP threads than cores (else ~100 spins, then they sleep,
+// and every region pays for waking them: 40-50 us on a 2-core VM). So a CPU
+// kernel the host thread runs itself (a synchronous call) runs on one
+// thread below kParallelWork, and after a larger one the host thread's team
+// ends (HostKernelScope; ending it after every call made conformance's two
+// processes 1.7x slower: a team made again and again by the alternating CPU
+// reference ops and first calls), and a worker's team ends when it goes idle
+// (endThreadTeam, the runtime's idle hook): a team left spinning took the
+// core of the host thread a finished synchronize woke, until the next
+// scheduler tick (4 ms per synchronize, in 6 of 10 runs of 20 adds of 256K
+// elements and a synchronize). Measured on a 2-core AMD EPYC VM, per op
+// (CPU / mtia before this, with a 2M threshold and the host's team / now):
+// add of 256K float32 elements 16 / 30 / 18 us, gelu 31 / 54 / 32 us,
+// softmax over 1024 rows of 256 55 / 109 / 56 us, sum of 1M 24 / 44 / 25
+// us, a bmm of 16 x 128x64 @ 64x128 172 / 213 / 164 us; the main job's
+// step 25.4 (CPU, float32) / 30.5 / 26.0 ms, 19.0-19.4 / 15.3-16.0 ms in bf16.
+// A program's own CPU work on its threads still makes teams of its own
+// (the device's threads then sleep between regions again).
 #include <dlfcn.h>
 
 #include "common.h"
@@ -40,9 +50,11 @@ struct ThreadControls {
   void (*omp_set)(int) = nullptr;
   int (*omp_get)() = nullptr;
   int (*mkl_set_local)(int) = nullptr;
+  int (*omp_pause_all)(int) = nullptr;  // omp_pause_resource_all (OpenMP 5.0)
   ThreadControls() {
     omp_set = reinterpret_cast<void (*)(int)>(dlsym(RTLD_DEFAULT, "omp_set_num_threads"));
     omp_get = reinterpret_cast<int (*)()>(dlsym(RTLD_DEFAULT, "omp_get_max_threads"));
+    omp_pause_all = reinterpret_cast<int (*)(int)>(dlsym(RTLD_DEFAULT, "omp_pause_resource_all"));
     // MKL's C entry (mkl_set_num_threads_local is its Fortran one, by pointer)
     if (void* cpu = dlopen("libtorch_cpu.so", RTLD_NOW | RTLD_NOLOAD)) {
       mkl_set_local = reinterpret_cast<int (*)(int)>(dlsym(cpu, "MKL_Set_Num_Threads_Local"));
@@ -97,6 +109,35 @@ void useKernelThreads(int64_t work_elements) {
     if (c.mkl_set_local) c.mkl_set_local(0);  // 0: MKL's global setting again
   }
   serial = want_serial;
+}
+
+void endThreadTeam() {
+  // omp_pause_soft (1): the calling thread's idle team ends (its threads
+  // exit); its next parallel region makes a new one. Outside a parallel
+  // region only (libgomp refuses inside one).
+  const auto& c = controls();
+  if (c.omp_pause_all) c.omp_pause_all(1);
+}
+
+HostKernelScope::HostKernelScope(int64_t work) {
+  const auto& c = controls();
+  active_ = c.omp_set && !omr::onStreamWorker();
+  if (!active_ || work >= kParallelWork) return;
+  omp_threads_ = c.omp_get();
+  if (omp_threads_ <= 1) return;
+  c.omp_set(1);
+  if (c.mkl_set_local) mkl_threads_ = c.mkl_set_local(1);  // (returns the count it replaces)
+}
+
+HostKernelScope::~HostKernelScope() {
+  if (!active_) return;
+  const auto& c = controls();
+  if (omp_threads_ > 1) {
+    c.omp_set(omp_threads_);
+    if (c.mkl_set_local) c.mkl_set_local(mkl_threads_);
+  } else if (omp_threads_ == 0) {  // the kernel ran on every thread
+    endThreadTeam();
+  }
 }
 
 void forEachThread(int64_t n, const std::function<void(int64_t, int64_t)>& f) {

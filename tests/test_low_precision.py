@@ -347,7 +347,7 @@ def test_chunked_conversions_keep_specials_and_tails(dtype, isa, layout):
     C._set_activation_isa(isa)
     try:
         torch.manual_seed(4)
-        for shape_a, shape_b in (((33, 7, 13), (33, 13, 5)), ((66, 33, 17), (66, 17, 31))):
+        for shape_a, shape_b in (((33, 5, 7), (33, 7, 3)), ((66, 33, 17), (66, 17, 31))):
             if layout == "transposed":
                 a = positive(shape_a[0], shape_a[2], shape_a[1], dtype=dtype).transpose(1, 2)
                 b = positive(shape_b[0], shape_b[2], shape_b[1], dtype=dtype).transpose(1, 2)

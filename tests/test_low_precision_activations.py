@@ -19,10 +19,11 @@ LOW = [torch.bfloat16, torch.float16]
 # the fused kernel at 8 lanes (AVX2) and 16 (AVX-512: only where the host
 # has it, so that a host without it runs every test it lists), and CPU's
 # sizes around the 32- and 16-element blocks (above the small-op path's
-# 32768), and one that runs on every thread (a transcendental element counts
-# as a quarter of a matrix op's: low_precision_activations.cpp)
+# 32768), and one that runs on every thread for every op (a memory-bound
+# op's element counts as one unit of work, a transcendental one's as four:
+# low_precision_activations.cpp)
 GRAIN = 32768
-SIZES = [GRAIN + k for k in (1, 7, 8, 15, 16, 17, 31, 32, 33)] + [C._parallel_work() * 4 // C._dense_work_scale() + 1]
+SIZES = [GRAIN + k for k in (1, 7, 8, 15, 16, 17, 31, 32, 33)] + [max(C._parallel_work(), GRAIN) + 1]
 
 OPS = {
     "gelu": (lambda g, x: F.gelu(x), False),

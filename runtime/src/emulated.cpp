@@ -91,6 +91,9 @@ class RangeMap {
 std::atomic<TagHook> g_tag_hook{nullptr};
 std::atomic<TraceSink> g_trace_sink{nullptr};
 
+thread_local bool t_on_worker = false;  // onStreamWorker()
+std::atomic<IdleHook> g_idle_hook{nullptr};
+
 int64_t unixNowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
@@ -161,6 +164,7 @@ struct Stream {
       // named for debuggers and profilers: mtia<device>s<stream>
       std::string name = "mtia" + std::to_string(device) + "s" + std::to_string(id);
       pthread_setname_np(pthread_self(), name.c_str());
+      t_on_worker = true;
       run();
     });
   }
@@ -188,6 +192,9 @@ struct Stream {
           auto until = Clock::now() + std::chrono::microseconds(kSpinMicros);
           while (enqueued_seen.load(std::memory_order_acquire) == seen && Clock::now() < until)
             std::this_thread::yield();
+          // still idle: the worker is about to sleep (setIdleHook)
+          IdleHook idle = g_idle_hook.load(std::memory_order_relaxed);
+          if (idle && enqueued_seen.load(std::memory_order_acquire) == seen) idle();
           lk.lock();
           // idle for kTrimAfterMillis after running tasks: return the free heap memory
           if (ran_ns > g_last_trim_ns.load() &&
@@ -637,6 +644,8 @@ size_t launchQueueDepth() { return Runtime::get().queue_depth; }
 
 void setWaitHook(WaitHook hook) { g_wait_hook = hook; }
 
+void setIdleHook(IdleHook hook) { g_idle_hook.store(hook); }
+
 void setTracing(TagHook tag, TraceSink sink) {
   g_tag_hook.store(tag);
   g_trace_sink.store(sink);
@@ -657,6 +666,8 @@ void launch(int device, StreamId stream, std::string name, Task task) {
 }
 
 bool launchBlocking() { return Runtime::get().launch_blocking; }
+
+bool onStreamWorker() noexcept { return t_on_worker; }
 
 bool streamQuery(int device, StreamId stream) {
   Stream& s = getStream(device, stream);

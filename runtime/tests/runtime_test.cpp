@@ -127,6 +127,40 @@ TEST(Streams, TwoStreamsRunConcurrently) {
   EXPECT_NO_THROW(omr::deviceSynchronize(1));
 }
 
+// The idle hook runs on the worker once it ran every queued task, before
+// it sleeps; tasks run on a worker, the launching thread is not one.
+std::atomic<int> g_idle_calls{0};
+std::atomic<int> g_idle_on_worker{0};
+
+TEST(Streams, IdleHookRunsOnTheWorkerOnceItsQueueIsEmpty) {
+  EXPECT_FALSE(omr::onStreamWorker());
+  omr::setIdleHook([] {
+    g_idle_calls++;
+    g_idle_on_worker += omr::onStreamWorker();
+  });
+  auto s = omr::streamFromPool(0, 0);
+  std::atomic<bool> on_worker{false}, release{false};
+  std::atomic<int> ran{0};
+  omr::launch(0, s, "first", [&] {
+    on_worker = omr::onStreamWorker();
+    while (!release) std::this_thread::sleep_for(1ms);
+    ran++;
+  });
+  for (int i = 0; i < 5; ++i) omr::launch(0, s, "next", [&] { ran++; });
+  std::this_thread::sleep_for(20ms);
+  const int while_busy = g_idle_calls.load();  // the worker has queued work: not idle
+  release = true;
+  omr::streamSynchronize(0, s);
+  auto t0 = std::chrono::steady_clock::now();
+  while (g_idle_calls.load() == while_busy && std::chrono::steady_clock::now() - t0 < 5s)
+    std::this_thread::sleep_for(1ms);
+  omr::setIdleHook(nullptr);
+  EXPECT_EQ(ran.load(), 6);
+  EXPECT_TRUE(on_worker.load());
+  EXPECT_GT(g_idle_calls.load(), while_busy);
+  EXPECT_EQ(g_idle_on_worker.load(), g_idle_calls.load());
+}
+
 TEST(Streams, ManyThreadsManyStreams) {
   std::atomic<long> sum{0};
   std::vector<std::thread> threads;

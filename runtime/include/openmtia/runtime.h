@@ -114,6 +114,12 @@ size_t launchQueueDepth();
 // if set: e.g. to release an interpreter lock while waiting.
 using WaitHook = void (*)(void (*wait)(void*), void* arg);
 void setWaitHook(WaitHook hook);
+// Called on a stream worker that ran every task queued to it and polled
+// briefly for more, before it sleeps: e.g. to end the threads its kernels
+// keep spinning for their next parallel region, which would hold cores the
+// host threads need while the device idles.
+using IdleHook = void (*)();
+void setIdleHook(IdleHook hook);
 // Enqueue a task; returns at once (or once its queue has room). The task runs on the stream's worker; what
 // it captured is destroyed later on a host thread (at the next launch, query or
 // synchronization of that stream), never on the worker. A task that throws records its error on the
@@ -123,6 +129,9 @@ void launch(int device, StreamId stream, std::string name, Task task);
 // With OPENMTIA_LAUNCH_BLOCKING=1 every launch waits for its task and raises
 // its error at once (like CUDA_LAUNCH_BLOCKING).
 bool launchBlocking();
+// Whether the calling thread is a stream worker (it runs tasks), not a host
+// thread that launches them.
+bool onStreamWorker() noexcept;
 bool streamQuery(int device, StreamId stream);
 void streamSynchronize(int device, StreamId stream);
 void deviceSynchronize(int device);  // all streams of the device

@@ -1,0 +1,97 @@
+"""The device's kernel threads (csrc/threads.cpp): the host thread keeps no
+OpenMP team of its own after a CPU kernel it runs itself (a synchronous
+call), and an idle stream worker keeps none either. A team left beside the
+workers' makes libgomp put every device kernel's threads to sleep between
+parallel regions (one wake-up per region); a team left spinning by an idle
+worker took the core a woken host thread needed until the next scheduler
+tick. Each check runs in a fresh process with two OpenMP threads, so a team
+exists wherever a kernel makes one, on any host."""
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import torch
+
+HELPERS = """
+import os, sys, time, torch
+def threads(prefix, named=True):
+    n = 0
+    for t in os.listdir("/proc/self/task"):
+        try:
+            comm = open(f"/proc/self/task/{t}/comm").read()
+        except FileNotFoundError:  # (ended meanwhile)
+            continue
+        n += comm.startswith(prefix) == named
+    return n
+"""
+
+
+def run(body):
+    env = dict(os.environ, OMP_NUM_THREADS="2")
+    out = subprocess.run([sys.executable, "-c", HELPERS + textwrap.dedent(body)], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.split()
+
+
+# A new signature's first call (randn's: every call) runs synchronously, on
+# the host thread; over 4M elements its CPU kernel runs in parallel.
+SYNC_CALL = """
+dev = "{dev}"
+start = threads("mtia", named=False)  # the host thread (and any helper of import's)
+x = torch.randn(1 << 22, device=dev)
+m = x > 0
+idx = torch.nonzero(m)
+after = threads("mtia", named=False)
+assert torch.equal(idx.cpu(), torch.nonzero(m.cpu()))
+print(start, after)
+"""
+
+
+def test_a_cpu_kernel_the_host_runs_leaves_no_openmp_team_on_the_host_thread():
+    # on CPU the same call leaves a team beside the host thread (the check can fail)
+    start, after = map(int, run(SYNC_CALL.format(dev="cpu")))
+    assert after > start, (start, after)
+    start, after = map(int, run(SYNC_CALL.format(dev="mtia")))
+    assert after == start, (start, after)
+
+
+def test_an_idle_stream_worker_ends_its_openmp_team():
+    busy, idle, same = run("""
+    x = torch.randn(1 << 24, device="mtia")
+    y = x + x  # (first call)
+    torch.mtia.synchronize()
+    for _ in range(40):
+        y = x + x
+    busy, deadline = 0, time.time() + 10
+    while busy < 2 and not torch.mtia.current_stream().query() and time.time() < deadline:
+        busy = max(busy, threads("mtia0s0"))  # the worker's team exists while the adds run ...
+    torch.mtia.synchronize()
+    deadline = time.time() + 10
+    while threads("mtia0s0") > 1 and time.time() < deadline:  # ... and ends once the worker idles
+        time.sleep(0.01)
+    idle = threads("mtia0s0")
+    # the next parallel kernel makes a new team and computes CPU's result
+    x_cpu = x.cpu()
+    same = torch.equal((x * 3 + 1).cpu(), x_cpu * 3 + 1)
+    print(busy, idle, same)
+    """)
+    assert int(busy) == 2, busy  # the worker and its team's second thread
+    assert int(idle) == 1, idle
+    assert same == "True"
+
+
+def test_a_small_synchronous_call_keeps_the_programs_thread_counts():
+    # it runs on one thread (no team), then the host thread's settings are back
+    threads_after, grown = run("""
+    x = torch.arange(100, device="mtia")
+    torch.nonzero(x % 3 == 0)
+    n = torch.get_num_threads()
+    start = threads("mtia", named=False)
+    torch.randn(1 << 22).sum()  # the program's own CPU work gets its team
+    print(n, threads("mtia", named=False) - start)
+    """)
+    assert threads_after == "2"
+    assert grown == "1"

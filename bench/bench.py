@@ -1,15 +1,23 @@
-"""mtia vs CPU PyTorch, measured in one process: prints a table of ratios.
+"""mtia vs CPU PyTorch: prints a table of ratios.
 
-CPU and mtia runs alternate (so drift of a shared machine hits both alike);
-times are medians of the repeats, ratios the median of the per-repeat ratios;
-mtia is synchronized before each timer stops. Ratios: latency ratio = mtia time / CPU time (lower is
+The CPU and the mtia runs of a case run in two child processes, one per
+device, case after case (so drift of a shared machine hits both alike), as a
+program runs on one device or the other: in one process each side's OpenMP
+threads changed the other's (a CPU kernel's team on the host thread makes
+the device's threads sleep between parallel regions, and a team spinning
+after one side's run took a core from the other: the MLP step read 0.76x).
+Times are medians of the repeats, ratios those of the medians; mtia is
+synchronized before each timer stops. Ratios: latency ratio = mtia time / CPU time (lower is
 better; the target as the row says); throughput ratio = CPU time / mtia time (higher is
 better, target >= 0.9). The single-op latency row (launch, then synchronize,
 per op) has no target: it shows what one round trip to the device costs.
 """
 import argparse
+import json
 import os
 import statistics
+import subprocess
+import sys
 import time
 
 import torch
@@ -27,10 +35,38 @@ def run_once(fn, sync, inner):
 
 
 
-def paired(factory, repeats, inner):
-    """(cpu time, mtia time, per-repeat time ratios mtia/cpu), runs alternating."""
-    t = alternating({d: (factory(d), on(d)) for d in ("cpu", "mtia")}, repeats, inner)
-    return statistics.median(t["cpu"]), statistics.median(t["mtia"]), [m / c for c, m in zip(t["cpu"], t["mtia"])]
+class DeviceProcess:
+    """A child process that times CASES on one device, case by case (its
+    requests on stdin, its times as JSON lines on stdout)."""
+
+    def __init__(self, device):
+        self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--serve", device],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def times(self, index, repeats, inner):
+        self.proc.stdin.write(json.dumps([index, repeats, inner]) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the bench's {CASES[index][0]!r} process ended (exit code {self.proc.wait()})")
+        return json.loads(line)
+
+    def close(self):
+        self.proc.stdin.close()
+        self.proc.wait(timeout=60)
+
+
+def serve(device):
+    """--serve: the child side of DeviceProcess."""
+    for line in sys.stdin:
+        index, repeats, inner = json.loads(line)
+        t = alternating({device: (CASES[index][1](device), on(device))}, repeats, inner)[device]
+        print(json.dumps(t), flush=True)
+
+
+def paired(procs, index, repeats, inner):
+    """(cpu time, mtia time) of CASES[index]: medians, each device in its process."""
+    return tuple(statistics.median(procs[d].times(index, repeats, inner)) for d in ("cpu", "mtia"))
 
 
 def on(device):
@@ -318,19 +354,22 @@ def cpu_table(repeats, quick):
     print(f"| {'case':50} | {'cpu':>10} | {'mtia':>10} | {'ratio':>6} | target | met |")
     print(f"|{'-' * 52}|{'-' * 12}|{'-' * 12}|{'-' * 8}|--------|-----|")
     rows = []
-    for name, factory, kind, inner, target in CASES:
+    procs = {d: DeviceProcess(d) for d in ("cpu", "mtia")}
+    for index, (name, factory, kind, inner, target) in enumerate(CASES):
         inner = max(1, inner // 4) if quick else inner
-        t_cpu, t_mtia, ratios = paired(factory, repeats, inner)
+        t_cpu, t_mtia = paired(procs, index, repeats, inner)
         if kind == "latency":
-            ratio = statistics.median(ratios)
+            ratio = t_mtia / t_cpu
             ok, fmt = (None, "-") if target is None else (ratio <= target, f"<= {target}")
         else:
-            ratio = statistics.median(1 / r for r in ratios)
+            ratio = t_cpu / t_mtia
             ok, fmt = (None, "-") if target is None else (ratio >= target, f">= {target}")
         unit = (lambda t: f"{t * 1e6:8.1f}us") if t_cpu < 1e-3 else (lambda t: f"{t * 1e3:8.2f}ms")
         met = "-" if ok is None else "yes" if ok else "NO"
         print(f"| {name:50} | {unit(t_cpu):>10} | {unit(t_mtia):>10} | {ratio:6.2f} | {fmt:6} | {met:3} |")
         rows.append((name, t_cpu, t_mtia, ok))
+    for proc in procs.values():
+        proc.close()
     first = first_big_matmul(repeats)
     print(f"\nfirst 2048x2048 matmul of a new shape: the call returns after {first:.1%} of its run time "
           f"(target < 10%: {'met' if first < 0.1 else 'NOT met'})")
@@ -363,7 +402,10 @@ def main():
                    help="which tables: cpu (mtia vs CPU), low-precision (bf16/fp16 vs float32 on mtia), memory")
     p.add_argument("--png", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "bench.png"),
                    help="where the bar chart goes ('' for none)")
+    p.add_argument("--serve", metavar="DEVICE", help=argparse.SUPPRESS)  # a DeviceProcess child
     args = p.parse_args()
+    if args.serve:
+        return serve(args.serve)
     repeats = 2 if args.quick else args.repeats
     tables = set(args.tables.split(","))
     if args.no_memory:

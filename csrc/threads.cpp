@@ -20,7 +20,9 @@
 // ends (HostKernelScope; ending it after every call made conformance's two
 // processes 1.7x slower: a team made again and again by the alternating CPU
 // reference ops and first calls), and a worker's team ends when it goes idle
-// (endThreadTeam, the runtime's idle hook): a team left spinning took the
+// after waking a host thread that slept waiting for it (endThreadTeam, the
+// runtime's idle hook; at every idle it cost a thread per parallel kernel
+// where the host launches slower than the device runs): a team left spinning took the
 // core of the host thread a finished synchronize woke, until the next
 // scheduler tick (4 ms per synchronize, in 6 of 10 runs of 20 adds of 256K
 // elements and a synchronize). Measured on a 2-core AMD EPYC VM, per op

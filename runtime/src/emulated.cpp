@@ -192,9 +192,11 @@ struct Stream {
           auto until = Clock::now() + std::chrono::microseconds(kSpinMicros);
           while (enqueued_seen.load(std::memory_order_acquire) == seen && Clock::now() < until)
             std::this_thread::yield();
-          // still idle: the worker is about to sleep (setIdleHook)
+          // still idle after waking a host thread that slept waiting for it:
+          // the worker is about to sleep, and the host needs a core (setIdleHook)
           IdleHook idle = g_idle_hook.load(std::memory_order_relaxed);
-          if (idle && enqueued_seen.load(std::memory_order_acquire) == seen) idle();
+          if (idle && woke_host && enqueued_seen.load(std::memory_order_acquire) == seen) idle();
+          woke_host = false;
           lk.lock();
           // idle for kTrimAfterMillis after running tasks: return the free heap memory
           if (ran_ns > g_last_trim_ns.load() &&
@@ -255,6 +257,7 @@ struct Stream {
       std::lock_guard<std::mutex> lk(mu);
       wake_at = UINT64_MAX;  // (the waiters not done yet lower it again)
       cv_done.notify_all();
+      woke_host = true;
     }
   }
   // Idle a while after running tasks: hands the free memory of the heap
@@ -266,6 +269,7 @@ struct Stream {
   // an idle worker (kTrimAfterMillis) does, unless another one trimmed since
   // this one last ran tasks.
   int64_t ran_ns = 0;  // when this worker last finished tasks (its own)
+  bool woke_host = false;  // the worker woke a sleeping host thread since it last idled
   void trimHeap() {
     g_last_trim_ns.store(Clock::now().time_since_epoch().count());
 #ifdef __GLIBC__

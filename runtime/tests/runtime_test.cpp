@@ -127,8 +127,9 @@ TEST(Streams, TwoStreamsRunConcurrently) {
   EXPECT_NO_THROW(omr::deviceSynchronize(1));
 }
 
-// The idle hook runs on the worker once it ran every queued task, before
-// it sleeps; tasks run on a worker, the launching thread is not one.
+// The idle hook runs on the worker once it ran every queued task and woke
+// the host thread that slept in a synchronize; tasks run on a worker, the
+// launching thread is not one.
 std::atomic<int> g_idle_calls{0};
 std::atomic<int> g_idle_on_worker{0};
 
@@ -149,8 +150,12 @@ TEST(Streams, IdleHookRunsOnTheWorkerOnceItsQueueIsEmpty) {
   for (int i = 0; i < 5; ++i) omr::launch(0, s, "next", [&] { ran++; });
   std::this_thread::sleep_for(20ms);
   const int while_busy = g_idle_calls.load();  // the worker has queued work: not idle
-  release = true;
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(50ms);  // the synchronize below sleeps by then
+    release = true;
+  });
   omr::streamSynchronize(0, s);
+  releaser.join();
   auto t0 = std::chrono::steady_clock::now();
   while (g_idle_calls.load() == while_busy && std::chrono::steady_clock::now() - t0 < 5s)
     std::this_thread::sleep_for(1ms);

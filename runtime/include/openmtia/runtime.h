@@ -114,10 +114,12 @@ size_t launchQueueDepth();
 // if set: e.g. to release an interpreter lock while waiting.
 using WaitHook = void (*)(void (*wait)(void*), void* arg);
 void setWaitHook(WaitHook hook);
-// Called on a stream worker that ran every task queued to it and polled
-// briefly for more, before it sleeps: e.g. to end the threads its kernels
-// keep spinning for their next parallel region, which would hold cores the
-// host threads need while the device idles.
+// Called on a stream worker that ran every task queued to it, woke a host
+// thread that slept waiting for one of them (in a synchronize of the stream
+// or its device, or for room in its queue) and polled briefly for more,
+// before it sleeps: e.g. to end the threads its kernels keep spinning for
+// their next parallel region, which would hold the core the woken host
+// thread needs.
 using IdleHook = void (*)();
 void setIdleHook(IdleHook hook);
 // Enqueue a task; returns at once (or once its queue has room). The task runs on the stream's worker; what

@@ -30,7 +30,7 @@
 // add of 256K float32 elements 16 / 30 / 18 us, gelu 31 / 54 / 32 us,
 // softmax over 1024 rows of 256 55 / 109 / 56 us, sum of 1M 24 / 44 / 25
 // us, a bmm of 16 x 128x64 @ 64x128 172 / 213 / 164 us; the main job's
-// step 25.4 (CPU, float32) / 30.5 / 26.0 ms, 19.0-19.4 / 15.3-16.0 ms in bf16.
+// step 25.4 (CPU, float32) / 30.5 / 26.0-28.6 ms, 19.0-19.4 / 14.3-16.0 ms in bf16.
 // A program's own CPU work on its threads still makes teams of its own
 // (the device's threads then sleep between regions again).
 #include <dlfcn.h>

@@ -15,6 +15,7 @@
 #include <fstream>
 
 #include "common.h"
+#include "host_gemm.h"
 #include "low_precision_kernels.h"
 
 namespace openmtia {
@@ -212,6 +213,72 @@ at::Tensor standIn(const at::Tensor& buf, int64_t at, const at::Tensor& t) {
   return region.view(t.sizes());
 }
 
+// Whether each batch entry of `t` (its dims 1 and 2) is one run of memory:
+// row-major (false) or column-major (true; a transposed operand, as
+// attention's k^T). Nothing for other layouts and negated views.
+std::optional<bool> entryLayout(const at::Tensor& t) {
+  if (t.is_neg()) return std::nullopt;
+  const int64_t r = t.size(1), c = t.size(2);
+  if ((c == 1 || t.stride(2) == 1) && (r == 1 || t.stride(1) == c)) return false;
+  if ((r == 1 || t.stride(1) == 1) && (c == 1 || t.stride(2) == r)) return true;
+  return std::nullopt;
+}
+
+// The layouts of c's operands and output where the host GEMM takes c's
+// entries (hostGemm, on raw memory: no ATen call per entry): each entry
+// one run of memory, float32 stand-ins of an entry within kChunkElements,
+// the vector loops and a host GEMM present.
+struct GemmLayouts {
+  bool a, b, out;
+};
+
+std::atomic<int64_t> g_gemm_entries{0};
+
+std::optional<GemmLayouts> gemmLayouts(const BatchedCall& c) {
+  if (kernelIsa() == KernelIsa::kNone || !hostGemmAvailable()) return std::nullopt;
+  const int64_t rows = c.a.size(1), inner = c.a.size(2), cols = c.b.size(2);
+  if (rows * inner + inner * cols + rows * cols > kChunkElements) return std::nullopt;
+  if (!hostGemmTakes(rows, cols, inner, std::max(rows, inner), std::max(inner, cols), std::max(rows, cols)))
+    return std::nullopt;
+  const auto a = entryLayout(c.a), b = entryLayout(c.b), out = entryLayout(c.out);
+  if (!a || !b || !out) return std::nullopt;
+  return GemmLayouts{*a, *b, *out};
+}
+
+// Entries [begin, end) of `c` through the host GEMM, one at a time on the
+// calling thread: its operands widened into the thread's buffer, the
+// product (plus beta * self) computed there in the output's layout, and
+// rounded once into the output. (A transposed output gets c^T = b^T a^T.)
+void runGemmEntries(const BatchedCall& c, const GemmLayouts& layout, int64_t begin, int64_t end) {
+  const int64_t rows = c.a.size(1), inner = c.a.size(2), cols = c.b.size(2);
+  const bool bf16 = c.a.scalar_type() == at::kBFloat16;
+  float* fa = chunkScratch(rows * inner + inner * cols + rows * cols).data_ptr<float>();
+  float* fb = fa + rows * inner;
+  float* fc = fb + inner * cols;
+  const bool beta0 = c.beta.isFloatingPoint() ? c.beta.toDouble() == 0 : c.beta.toLong() == 0;
+  const float alpha = static_cast<float>(c.alpha.toDouble()), beta = beta0 ? 0.f : static_cast<float>(c.beta.toDouble());
+  const auto* a_low = static_cast<const uint16_t*>(c.a.const_data_ptr());
+  const auto* b_low = static_cast<const uint16_t*>(c.b.const_data_ptr());
+  auto* out_low = static_cast<uint16_t*>(c.out.data_ptr());
+  // fc's layout as a tensor (for self, which may be broadcast: ATen's copy)
+  const at::Tensor fc_view =
+      at::from_blob(fc, {rows, cols}, layout.out ? at::IntArrayRef{1, rows} : at::IntArrayRef{cols, 1},
+                    at::TensorOptions().dtype(at::kFloat));
+  for (int64_t i = begin; i < end; ++i) {
+    widenLoop(bf16, a_low + i * c.a.stride(0), fa, rows * inner);
+    widenLoop(bf16, b_low + i * c.b.stride(0), fb, inner * cols);
+    if (c.self.defined() && !beta0) convertOrCopy(fc_view, c.self.select(0, i));  // (beta 0: CPU ignores self)
+    const GemmOperand a{fa, layout.a ? rows : inner, layout.a}, b{fb, layout.b ? inner : cols, layout.b};
+    if (layout.out)
+      hostGemm(cols, rows, inner, alpha, GemmOperand{b.data, b.ld, !b.transposed},
+               GemmOperand{a.data, a.ld, !a.transposed}, beta, fc, rows);
+    else
+      hostGemm(rows, cols, inner, alpha, a, b, beta, fc, cols);
+    narrowLoop(bf16, fc, out_low + i * c.out.stride(0), rows * cols);
+  }
+  g_gemm_entries.fetch_add(end - begin, std::memory_order_relaxed);
+}
+
 // Runs `c` in float32 in chunks of batch entries, one range of entries per
 // thread of ATen's team in one parallel region: each thread converts a few
 // entries of the operands to float32 (up to kChunkElements together), runs
@@ -260,6 +327,10 @@ bool chunked(const BatchedCall& c) {
 
 void runBatched(const BatchedCall& c) {
   g_batched_calls.fetch_add(1, std::memory_order_relaxed);
+  if (const auto layout = gemmLayouts(c)) {
+    forEachThread(c.a.size(0), [&](int64_t begin, int64_t end) { runGemmEntries(c, *layout, begin, end); });
+    return;
+  }
   forEachThread(c.a.size(0), [&](int64_t begin, int64_t end) { runEntries(c, begin, end); });
 }
 
@@ -340,6 +411,7 @@ std::vector<at::Tensor> float32Scratch(const std::vector<at::Tensor>& tensors) {
 
 int64_t lowPrecisionFloat32Calls() { return g_float32_calls.load(); }
 int64_t lowPrecisionChunkedCalls() { return g_batched_calls.load(); }
+int64_t lowPrecisionGemmEntries() { return g_gemm_entries.load(); }
 
 const std::unordered_set<std::string>& lowPrecisionMatrixOps() {
   static const std::unordered_set<std::string> ops = {

@@ -84,6 +84,10 @@ int64_t lowPrecisionFloat32Calls();
 // How many of those ran chunked (bmm, baddbmm: entries in float32 a few at a
 // time on each thread; see low_precision.cpp), for tests.
 int64_t lowPrecisionChunkedCalls();
+// How many batch entries of those ran through the host GEMM (host_gemm.h:
+// each entry one run of memory per operand; else ATen's bmm per chunk),
+// for tests.
+int64_t lowPrecisionGemmEntries();
 // The matrix ops, "aten::name" (every overload).
 const std::unordered_set<std::string>& lowPrecisionMatrixOps();
 

@@ -141,6 +141,16 @@ void activationLoop(Activation kind, bool bf16, const uint16_t* x, const uint16_
   else avx2::run(kind, bf16, x, g, out, n);
 }
 
+void widenLoop(bool bf16, const uint16_t* x, float* out, int64_t n) {
+  if (wide()) avx512::widen(bf16, x, out, n);
+  else avx2::widen(bf16, x, out, n);
+}
+
+void narrowLoop(bool bf16, const float* x, uint16_t* out, int64_t n) {
+  if (wide()) avx512::narrow(bf16, x, out, n);
+  else avx2::narrow(bf16, x, out, n);
+}
+
 bool sameDenseLayout(const at::Tensor& a, const at::Tensor& b) {
   if (!a.sizes().equals(b.sizes()) || !a.is_non_overlapping_and_dense() || !b.is_non_overlapping_and_dense())
     return false;
@@ -158,15 +168,8 @@ bool convertLowPrecision(const at::Tensor& dst, const at::Tensor& src, bool thre
   const void* x = src.data_ptr();
   void* out = dst.data_ptr();
   auto range = [&](int64_t begin, int64_t end) {
-    if (to_float) {
-      const auto* xp = static_cast<const uint16_t*>(x) + begin;
-      if (wide()) avx512::widen(bf16, xp, static_cast<float*>(out) + begin, end - begin);
-      else avx2::widen(bf16, xp, static_cast<float*>(out) + begin, end - begin);
-    } else {
-      const auto* xp = static_cast<const float*>(x) + begin;
-      if (wide()) avx512::narrow(bf16, xp, static_cast<uint16_t*>(out) + begin, end - begin);
-      else avx2::narrow(bf16, xp, static_cast<uint16_t*>(out) + begin, end - begin);
-    }
+    if (to_float) widenLoop(bf16, static_cast<const uint16_t*>(x) + begin, static_cast<float*>(out) + begin, end - begin);
+    else narrowLoop(bf16, static_cast<const float*>(x) + begin, static_cast<uint16_t*>(out) + begin, end - begin);
   };
   if (threads) forEachThread(n, range);
   else range(0, n);

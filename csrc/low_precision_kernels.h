@@ -64,6 +64,11 @@ int64_t trailingDims(const at::Tensor& x, at::IntArrayRef dim);
 // thread; out may be x.
 void activationLoop(Activation kind, bool bf16, const uint16_t* x, const uint16_t* g, uint16_t* out, int64_t n);
 
+// out[i] = x[i] for n elements on the calling thread: bf16/fp16 widened to
+// float32 exactly (widenLoop), float32 rounded to nearest even (narrowLoop).
+void widenLoop(bool bf16, const uint16_t* x, float* out, int64_t n);
+void narrowLoop(bool bf16, const float* x, uint16_t* out, int64_t n);
+
 // dst = src for a bf16/fp16 `src` and float32 `dst` (widened exactly) or
 // the reverse (rounded to nearest even), on the calling thread, where both
 // are dense in memory with the same layout (sameDenseLayout: contiguous, or

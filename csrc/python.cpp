@@ -12,6 +12,7 @@
 #include <stdexcept>
 
 #include "common.h"
+#include "host_gemm.h"
 #include "low_precision.h"
 #include "low_precision_activations.h"
 #include "low_precision_arithmetic.h"
@@ -152,6 +153,10 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("_low_precision_float32_calls", &openmtia::lowPrecisionFloat32Calls);
   m.def("_low_precision_chunked_calls", &openmtia::lowPrecisionChunkedCalls);
+  m.def("_low_precision_gemm_entries", &openmtia::lowPrecisionGemmEntries);
+  // the host GEMM (host_gemm.h; OPENMTIA_HOST_GEMM=0 at start disables it)
+  m.def("_host_gemm", &openmtia::hostGemmAvailable);
+  m.def("_set_host_gemm", &openmtia::setHostGemm);
   // a kernel's work from which it runs on every thread, and a matrix op's
   // weight per element (threads.cpp), for tests
   m.def("_parallel_work", [] { return openmtia::kParallelWork; });

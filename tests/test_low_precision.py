@@ -305,9 +305,30 @@ def chunks(n, operand_elements):
     return n % threads == 0 or n >= 4 * threads
 
 
+# The host GEMM (csrc/host_gemm.h) takes a chunked call's entries where each
+# entry of its operands and output is one run of memory (row- or
+# column-major: bmm_out_strided's output) and their float32 stand-ins fit
+# one thread's buffer (kChunkElements, 256K, in low_precision.cpp); the
+# cases it does not take run ATen's bmm per chunk.
+NOT_HOST_GEMM = {
+    "bmm_strided": "b's entries (permute(1, 0, 2)) are not one run each",
+    "bmm_large_entries": "1.5 MB of float32 stand-ins an entry, beyond one thread's buffer",
+}
+
+
+@pytest.fixture(params=["host_gemm", "aten_bmm"])
+def host_gemm(request):
+    before = C._host_gemm()
+    assert C._set_host_gemm(request.param == "host_gemm"), "this host has no BLAS to call (libtorch_cpu's sgemm_)"
+    try:
+        yield request.param == "host_gemm"
+    finally:
+        C._set_host_gemm(before)
+
+
 @pytest.mark.parametrize("dtype", LOW, ids=str)
 @pytest.mark.parametrize("case", sorted(CHUNKED))
-def test_batched_matrix_ops_chunked_match_cpu(case, dtype, mode):
+def test_batched_matrix_ops_chunked_match_cpu(case, dtype, mode, host_gemm):
     torch.manual_seed(3)
     made = []
 
@@ -321,7 +342,7 @@ def test_batched_matrix_ops_chunked_match_cpu(case, dtype, mode):
     if "nan" in case:
         assert cpu.isfinite().all()  # CPU ignores self at beta=0
     for call in range(2):  # the signature's first call (synchronous), then a task
-        before = C._low_precision_chunked_calls()
+        before, entries = C._low_precision_chunked_calls(), C._low_precision_gemm_entries()
         it = iter([x.to("mtia") for x in operands])
         mtia = calls(mode, lambda: CHUNKED[case](dtype, lambda *s, dtype, make=None: next(it)))
         close(mtia, cpu)
@@ -331,6 +352,8 @@ def test_batched_matrix_ops_chunked_match_cpu(case, dtype, mode):
         # (a first call runs synchronously, on the whole tensors, where the
         # signature is new to the plan cache: earlier tests may have seen it)
         assert took == (1 if expected else 0) or (call == 0 and took == 0), (took, expected)
+        gemm = host_gemm and case not in NOT_HOST_GEMM and C._activation_isa() != "none"
+        assert C._low_precision_gemm_entries() - entries == (n if took and gemm else 0), (case, gemm)
 
 
 @pytest.mark.parametrize("layout", ["contiguous", "transposed"])
@@ -361,7 +384,7 @@ def test_chunked_conversions_keep_specials_and_tails(dtype, isa, layout):
             work = (a.numel() + b.numel() + cpu.numel()) * C._dense_work_scale()
             assert (work >= C._parallel_work()) == (shape_a[0] == 66)  # one call on one thread, one on all
             for _ in range(2):
-                n = C._low_precision_chunked_calls()
+                n, entries = C._low_precision_chunked_calls(), C._low_precision_gemm_entries()
                 ma, mb = a.to("mtia"), b.to("mtia")
                 assert ma.stride() == a.stride() and mb.stride() == b.stride()
                 mtia = torch.bmm(ma, mb)
@@ -371,6 +394,8 @@ def test_chunked_conversions_keep_specials_and_tails(dtype, isa, layout):
                 assert torch.equal(got.isnan(), cpu.isnan()) and torch.equal(got.isinf(), cpu.isinf())
                 assert torch.equal(got[9].signbit(), cpu[9].signbit())
             assert C._low_precision_chunked_calls() - n == 1
+            # (the host GEMM's entries: with the loops, each entry one run)
+            assert C._low_precision_gemm_entries() - entries == (0 if isa == "none" else shape_a[0])
     finally:
         C._set_activation_isa(before_isa)
         C._set_low_precision_mode(before)

@@ -253,6 +253,15 @@ def lp_silu(device, dtype):
     return lambda: torch.nn.functional.silu(x)
 
 
+def lp_layer_norm(device, dtype):
+    """layer_norm forward and backward (input, weight and bias gradients)."""
+    x = torch.randn(1024, 1024, device=device, dtype=dtype, requires_grad=True)
+    w = torch.randn(1024, device=device, dtype=dtype, requires_grad=True)
+    b = torch.randn(1024, device=device, dtype=dtype, requires_grad=True)
+    g = torch.randn(1024, 1024, device=device, dtype=dtype)
+    return lambda: torch.autograd.grad(torch.nn.functional.layer_norm(x, (1024,), w, b), (x, w, b), g)
+
+
 def lp_add(device, dtype):
     a, b = (torch.randn(1 << 20, device=device, dtype=dtype) for _ in range(2))
     return lambda: a + b
@@ -277,6 +286,7 @@ LOW_PRECISION_CASES = [
     ("gelu, 1M elements", lp_gelu, (torch.bfloat16, torch.float16), 5),
     ("gelu backward, 1M elements", lp_gelu_backward, (torch.bfloat16, torch.float16), 5),
     ("silu, 1M elements", lp_silu, (torch.bfloat16, torch.float16), 5),
+    ("layer_norm fwd+bwd, 1024x1024", lp_layer_norm, (torch.bfloat16, torch.float16), 5),
     ("add, 1M elements", lp_add, (torch.bfloat16, torch.float16), 5),
     ("x > y, 1M elements", lp_compare, (torch.bfloat16, torch.float16), 5),
     ("mean, 1M elements", lp_mean, (torch.bfloat16, torch.float16), 5),

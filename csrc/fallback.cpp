@@ -1258,8 +1258,10 @@ std::vector<std::string> structuredOps() {
 }
 
 TORCH_LIBRARY_IMPL(aten, MTIA, m) {
-  for (const char* name : kCpuKernelOverComposite)
+  for (const char* name : kCpuKernelOverComposite) {
+    if (unboxedOps().count(name)) continue;  // an unboxed kernel's (low_precision_norm.cpp), which falls back here
     m.impl(name, torch::CppFunction::makeFromBoxedFunction<&mtiaFallback>());
+  }
   // Structured ops: the CPU kernel, not CompositeExplicitAutogradNonFunctional.
   for (const auto& op : kStructuredOps) {
     std::string name = std::string(op.name).substr(6);  // without "aten::"

@@ -11,7 +11,10 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cmath>
+#include <limits>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -197,6 +200,18 @@ double sumLoop(bool bf16, const uint16_t* x, int64_t n, bool squares) {
 
 float extremumLoop(bool bf16, bool max, const uint16_t* x, int64_t n) {
   return wide() ? avx512::extremum(bf16, max, x, n) : avx2::extremum(bf16, max, x, n);
+}
+
+void layerNormLoop(bool bf16, const uint16_t* x, const float* w, const float* b, double eps, uint16_t* y, int64_t n,
+                   float* scratch, float* mean, float* rstd) {
+  if (wide()) avx512::layerNorm(bf16, x, w, b, eps, y, n, scratch, mean, rstd);
+  else avx2::layerNorm(bf16, x, w, b, eps, y, n, scratch, mean, rstd);
+}
+
+void layerNormBackwardLoop(bool bf16, const uint16_t* dy, const uint16_t* x, const float* w, float mean, float rstd,
+                           int64_t n, float* scratch, uint16_t* dx, float* dw, float* db) {
+  if (wide()) avx512::layerNormBackward(bf16, dy, x, w, mean, rstd, n, scratch, dx, dw, db);
+  else avx2::layerNormBackward(bf16, dy, x, w, mean, rstd, n, scratch, dx, dw, db);
 }
 
 void softmaxBackwardLoop(bool bf16, bool log, const uint16_t* g, const uint16_t* y, uint16_t* out, int64_t n) {

@@ -112,6 +112,17 @@ float extremumLoop(bool bf16, bool max, const uint16_t* x, int64_t n);
 // or (log) log_softmax's, out = g - exp(y) * sum(g): y the forward's
 // output, sums in float32, one rounding; out may be g.
 void softmaxBackwardLoop(bool bf16, bool log, const uint16_t* g, const uint16_t* y, uint16_t* out, int64_t n);
+// One row of layer_norm over n elements: its mean and rstd (1 / sqrt(var +
+// eps)) in float32, y = (x - mean) * rstd * w + b rounded once, CPU's
+// formula (w, b: float32, null for none); y may be x. scratch: n floats.
+void layerNormLoop(bool bf16, const uint16_t* x, const float* w, const float* b, double eps, uint16_t* y, int64_t n,
+                   float* scratch, float* mean, float* rstd);
+// One row of layer_norm's backward given the forward's mean and rstd: dx
+// (null: not wanted) rounded once, CPU's formula; dw += dy * (x - mean) *
+// rstd and db += dy in float32 (null: not wanted). w: float32 (null: none).
+// scratch: 2n floats.
+void layerNormBackwardLoop(bool bf16, const uint16_t* dy, const uint16_t* x, const float* w, float mean, float rstd,
+                           int64_t n, float* scratch, uint16_t* dx, float* dw, float* db);
 // The index of the first largest (max) or smallest of n >= 1 elements; the
 // first NaN's if any is NaN (CPU's argmax/argmin). threads: in ranges on the
 // calling thread's team (forEachThread), their winners taken in order.

@@ -54,6 +54,7 @@
 #include "low_precision_activations.h"
 #include "low_precision_arithmetic.h"
 #include "low_precision_comparisons.h"
+#include "low_precision_norm.h"
 #include "low_precision_reductions.h"
 #include "low_precision_softmax.h"
 #include "operand.h"
@@ -815,6 +816,7 @@ const std::unordered_set<std::string>& unboxedOps() {
     s.insert(activationOps().begin(), activationOps().end());
     s.insert(reductionOps().begin(), reductionOps().end());
     s.insert(softmaxOps().begin(), softmaxOps().end());
+    s.insert(normOps().begin(), normOps().end());
     for (const char* n : kCompareOps) {
       s.insert(std::string(n) + ".Tensor");
       s.insert(std::string(n) + ".Scalar");

@@ -18,6 +18,7 @@
 #include "low_precision_arithmetic.h"
 #include "low_precision_comparisons.h"
 #include "low_precision_kernels.h"
+#include "low_precision_norm.h"
 #include "low_precision_reductions.h"
 #include "low_precision_softmax.h"
 #include "plan_cache.h"
@@ -165,6 +166,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_fused_activation_calls", &openmtia::fusedActivationCalls);
   m.def("_fused_reduction_calls", &openmtia::fusedReductionCalls);
   m.def("_fused_softmax_calls", &openmtia::fusedSoftmaxCalls);
+  m.def("_fused_norm_calls", &openmtia::fusedNormCalls);
   m.def("_fused_comparison_calls", &openmtia::fusedComparisonCalls);
   m.def("_fused_arithmetic_calls", &openmtia::fusedArithmeticCalls);
   m.def("_loop_min_elements", &openmtia::loopMinElements);

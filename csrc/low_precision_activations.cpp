@@ -68,7 +68,8 @@ bool fusedActivation(Activation kind, const at::Tensor& x, const at::Tensor& gra
 void launchActivation(Activation kind, const at::Tensor& x, const at::Tensor& grad, const at::Tensor& out) {
   static const char* const kNames[] = {"aten::gelu",          "aten::gelu",          "aten::silu",
                                        "aten::sigmoid",       "aten::gelu_backward", "aten::gelu_backward",
-                                       "aten::sigmoid_backward", "aten::pow", "aten::relu"};
+                                       "aten::sigmoid_backward", "aten::pow", "aten::relu",
+                                       "aten::log"};
   static_assert(sizeof(kNames) / sizeof(kNames[0]) == static_cast<size_t>(Activation::kNumActivations),
                 "a task name for each kind");
   g_calls.fetch_add(1, std::memory_order_relaxed);

@@ -198,6 +198,10 @@ double sumLoop(bool bf16, const uint16_t* x, int64_t n, bool squares) {
   return wide() ? avx512::sum(bf16, squares, x, n) : avx2::sum(bf16, squares, x, n);
 }
 
+double squaredDiffLoop(bool bf16, const uint16_t* x, const uint16_t* y, int64_t n) {
+  return wide() ? avx512::squaredDiff(bf16, x, y, n) : avx2::squaredDiff(bf16, x, y, n);
+}
+
 float extremumLoop(bool bf16, bool max, const uint16_t* x, int64_t n) {
   return wide() ? avx512::extremum(bf16, max, x, n) : avx2::extremum(bf16, max, x, n);
 }
@@ -212,6 +216,11 @@ void layerNormBackwardLoop(bool bf16, const uint16_t* dy, const uint16_t* x, con
                            int64_t n, float* scratch, uint16_t* dx, float* dw, float* db) {
   if (wide()) avx512::layerNormBackward(bf16, dy, x, w, mean, rstd, n, scratch, dx, dw, db);
   else avx2::layerNormBackward(bf16, dy, x, w, mean, rstd, n, scratch, dx, dw, db);
+}
+
+void softmaxLoop(bool bf16, bool log, const uint16_t* x, uint16_t* out, int64_t n, float* scratch) {
+  if (wide()) avx512::softmax(bf16, log, x, out, n, scratch);
+  else avx2::softmax(bf16, log, x, out, n, scratch);
 }
 
 void softmaxBackwardLoop(bool bf16, bool log, const uint16_t* g, const uint16_t* y, uint16_t* out, int64_t n) {

@@ -194,11 +194,48 @@ std::tuple<at::Tensor, at::Tensor> extremumDim(const at::Tensor& x, int64_t dim,
   return {stack[0].toTensor(), stack[1].toTensor()};
 }
 
+// mse_loss(self, target, reduction) reduced (mean or sum) over two alike
+// tensors the loops take: the sum of squared differences in float32 on
+// every thread (each thread's range, combined in thread order), divided by
+// n for the mean, rounded once. CPU rounds each squared difference to the
+// dtype before its sum; mtia's is the more accurate. reduction none, and
+// every other call: CPU's kernel.
+at::Tensor mseLoss(const at::Tensor& self, const at::Tensor& target, int64_t reduction) {
+  static const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow("aten::mse_loss", "");
+  constexpr int64_t kSum = 2, kMean = 1;  // (at::Reduction)
+  if ((reduction != kSum && reduction != kMean) || !loopsTake(self, target))
+    return boxedFallbackCall(op, {self, target, reduction});
+  c10::DeviceGuard guard(self.device());
+  at::Tensor out = emptyDevice({}, self.scalar_type());
+  g_calls.fetch_add(1, std::memory_order_relaxed);
+  const auto* xp = static_cast<const uint16_t*>(self.data_ptr());
+  const auto* yp = static_cast<const uint16_t*>(target.data_ptr());
+  void* op_out = out.data_ptr();
+  const int64_t n = self.numel();
+  const bool bf16 = self.scalar_type() == at::kBFloat16, mean = reduction == kMean;
+  launchOnCurrentStream(self.device().index(), "aten::mse_loss", [=] {
+    useKernelThreads(2 * n);
+    const int64_t threads = at::get_num_threads();
+    std::vector<double> sums(threads);
+    forEachThread(threads, [&](int64_t first, int64_t last) {
+      for (int64_t t = first; t < last; ++t) {
+        const int64_t begin = n * t / threads, end = n * (t + 1) / threads;
+        sums[t] = squaredDiffLoop(bf16, xp + begin, yp + begin, end - begin);
+      }
+    });
+    double total = 0;
+    for (double s : sums) total += s;
+    store(bf16, op_out, 0, finish(mean ? Reduction::kMean : Reduction::kSum, total, n));
+  });
+  return out;
+}
+
 }  // namespace
 
 const std::unordered_set<std::string>& reductionOps() {
   static const std::unordered_set<std::string> ops = {"linalg_vector_norm", "norm.ScalarOpt_dim", "argmax",
-                                                      "argmin",           "max.dim",            "min.dim"};
+                                                      "argmin",           "max.dim",            "min.dim",
+                                                      "mse_loss"};
   return ops;
 }
 
@@ -209,6 +246,7 @@ TORCH_LIBRARY_IMPL(aten, MTIA, m) {
   m.impl("argmin", &argExtremum<false>);
   m.impl("max.dim", &extremumDim<true>);
   m.impl("min.dim", &extremumDim<false>);
+  m.impl("mse_loss", &mseLoss);
 }
 
 }  // namespace openmtia

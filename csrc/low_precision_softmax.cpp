@@ -5,6 +5,7 @@
 #include <torch/library.h>
 
 #include <atomic>
+#include <vector>
 
 #include "common.h"
 #include "low_precision_kernels.h"
@@ -39,16 +40,43 @@ at::Tensor backward(const at::Tensor& grad, const at::Tensor& out, int64_t dim, 
   return result;
 }
 
+// _softmax / _log_softmax over the last dim of a tensor the loops take
+// (half_to_float false: CPU's kernel raises for true).
+template <bool kLog>
+at::Tensor forward(const at::Tensor& x, int64_t dim, bool half_to_float) {
+  static const c10::OperatorHandle op =
+      c10::Dispatcher::singleton().findSchemaOrThrow(kLog ? "aten::_log_softmax" : "aten::_softmax", "");
+  if (half_to_float || trailingDims(x, dim) != 1 || !loopsTake(x)) return boxedFallbackCall(op, {x, dim, half_to_float});
+  c10::DeviceGuard guard(x.device());
+  at::Tensor result = emptyDeviceLike(x);
+  g_calls.fetch_add(1, std::memory_order_relaxed);
+  const auto* xp = static_cast<const uint16_t*>(x.data_ptr());
+  auto* rp = static_cast<uint16_t*>(result.data_ptr());
+  const int64_t n = x.numel(), cols = x.size(-1), rows = n / cols;
+  const bool bf16 = x.scalar_type() == at::kBFloat16;
+  launchOnCurrentStream(x.device().index(), kLog ? "aten::_log_softmax" : "aten::_softmax", [=] {
+    useKernelThreads(n * 3);
+    forEachThread(rows, [&](int64_t first, int64_t last) {
+      std::vector<float> scratch(cols);
+      for (int64_t r = first; r < last; ++r) softmaxLoop(bf16, kLog, xp + r * cols, rp + r * cols, cols, scratch.data());
+    });
+  });
+  return result;
+}
+
 }  // namespace
 
 const std::unordered_set<std::string>& softmaxOps() {
-  static const std::unordered_set<std::string> ops = {"_softmax_backward_data", "_log_softmax_backward_data"};
+  static const std::unordered_set<std::string> ops = {"_softmax", "_log_softmax", "_softmax_backward_data",
+                                                      "_log_softmax_backward_data"};
   return ops;
 }
 
 int64_t fusedSoftmaxCalls() { return g_calls.load(); }
 
 TORCH_LIBRARY_IMPL(aten, MTIA, m) {
+  m.impl("_softmax", &forward<false>);
+  m.impl("_log_softmax", &forward<true>);
   m.impl("_softmax_backward_data", &backward<false>);
   m.impl("_log_softmax_backward_data", &backward<true>);
 }

@@ -31,7 +31,7 @@
 // float64 tensors and alpha 1 it runs one IEEE operation per element itself
 // (what CPU's kernel computes: `a + 1 * b` is `a + b` exactly). Every other
 // call goes through the boxed fallback unchanged, except bf16/fp16 sigmoid,
-// silu, relu and pow(x, 2) of more than GRAIN_SIZE elements where the fused kernel
+// silu, relu, log and pow(x, 2) of more than GRAIN_SIZE elements where the fused kernel
 // takes them (low_precision_activations.h), sum, mean, amax and amin of
 // all the elements of such tensors (low_precision_reductions.h) and their
 // comparisons (low_precision_comparisons.h).
@@ -185,7 +185,7 @@ constexpr Dtypes unaryDtypes() {
   return n == "abs" || n == "neg" || n == "relu" ? Dtypes::kIntegral : Dtypes::kFloating;
 }
 
-// sigmoid, silu and relu of bf16/fp16 tensors on the float32 path: the
+// sigmoid, silu, relu and log of bf16/fp16 tensors on the float32 path: the
 // fused kernel of low_precision_activations.h (above GRAIN_SIZE elements).
 template <size_t I>
 constexpr std::optional<Activation> fusedKind() {
@@ -193,6 +193,7 @@ constexpr std::optional<Activation> fusedKind() {
   if (n == "sigmoid") return Activation::kSigmoid;
   if (n == "silu") return Activation::kSilu;
   if (n == "relu") return Activation::kRelu;
+  if (n == "log") return Activation::kLog;
   return std::nullopt;
 }
 

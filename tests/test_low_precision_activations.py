@@ -36,6 +36,7 @@ OPS = {
     "pow2": (lambda g, x: x.pow(2), False),
     "square": (lambda g, x: torch.square(x), False),
     "relu": (lambda g, x: torch.relu(x), False),
+    "log": (lambda g, x: torch.log(x), False),
 }
 GELU_OPS = ("gelu", "gelu_tanh", "gelu_backward", "gelu_tanh_backward")
 
@@ -63,6 +64,8 @@ def inputs(op, n, dtype, seed=0):
     x = torch.randn(n, generator=g) * 4
     if op == "sigmoid_backward":
         x = torch.sigmoid(x)  # its second operand is the forward's result
+    if op == "log":
+        x = x.abs() * torch.logspace(-6, 3, n)  # positive, over nine decades (negatives: the specials' test)
     return torch.randn(n, generator=g).to(dtype), x.to(dtype)
 
 
@@ -243,3 +246,19 @@ def test_relu_keeps_cpus_bits(dtype, mode):
         assert torch.equal(mtia.isnan(), cpu.isnan())
         keep = ~cpu.isnan()
         assert torch.equal(mtia[keep].view(torch.int16), cpu[keep].view(torch.int16))
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+def test_log_of_subnormals_and_in_place(dtype, mode):
+    """log's loop scales subnormal inputs (bf16's are float32 subnormals);
+    log_ writes self."""
+    tiny = torch.finfo(dtype).tiny
+    x = torch.cat([torch.tensor([tiny / 2, tiny / 8, tiny / 64, tiny, tiny * 3]), torch.rand(GRAIN) + 0.5])
+    x = x.to(dtype)
+    assert x[:3].ne(0).all() and (x[:3] < tiny).all()  # subnormal in the dtype
+    got = fused_calls(mode, lambda: torch.log(x.to("mtia"))).cpu()
+    torch.testing.assert_close(got, x.float().log().to(dtype) if mode == "float32" else x.log())
+    m = x.to("mtia")
+    r = fused_calls(mode, lambda: m.log_())
+    assert r is m
+    torch.testing.assert_close(m.cpu(), got)

@@ -388,3 +388,54 @@ def test_loop_minimum_from_the_environment():
     assert "ignoring OPENMTIA_LOOP_MIN_ELEMENTS='-5'" in r.stderr
     with pytest.raises(RuntimeError, match="the loops' minimum must be >= 0, not -1"):
         C._set_loop_min_elements(-1)
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+@pytest.mark.parametrize("n", SIZES)
+def test_mse_loss_matches_cpu(n, dtype, reduction, mode):
+    """mse_loss reduced over two alike tensors: the squared differences summed
+    in float32 (CPU rounds each to the dtype first), as close to the float64
+    result as CPU's, give or take one rounding."""
+    torch.manual_seed(n)
+    x, y = (torch.randn(n) * 2).to(dtype), torch.randn(n).to(dtype)
+    f = lambda x, y: torch.nn.functional.mse_loss(x, y, reduction=reduction)
+    got = low_precision_setting.on_mtia(C._fused_reduction_calls, 1 if mode == "fused" else 0, f, x, y).cpu()
+    cpu, exact = f(x, y), f(x.double(), y.double())
+    assert got.dtype == cpu.dtype == dtype and got.shape == cpu.shape == ()
+    torch.testing.assert_close(got, cpu)
+    assert abs(got.double() - exact) <= abs(cpu.double() - exact) + torch.finfo(dtype).eps * abs(exact)
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+def test_mse_loss_specials_and_calls_the_loops_do_not_take(dtype, mode):
+    x, y = torch.randn(GRAIN + 5).to(dtype), torch.randn(GRAIN + 5).to(dtype)
+    f = lambda x, y: torch.nn.functional.mse_loss(x, y)
+    for value in (float("nan"), float("inf")):
+        xs = x.clone()
+        xs[7] = value
+        got = low_precision_setting.on_mtia(C._fused_reduction_calls, 1 if mode == "fused" else 0, f, xs, y).cpu()
+        torch.testing.assert_close(got, f(xs, y), equal_nan=True)
+    calls = {
+        "none": lambda x, y: torch.nn.functional.mse_loss(x, y, reduction="none"),
+        "broadcast": lambda x, y: torch.nn.functional.mse_loss(x.view(-1, 1)[:100], y[:7]),
+        "strided": lambda x, y: torch.nn.functional.mse_loss(x[::2], y[::2]),
+        "small": lambda x, y: torch.nn.functional.mse_loss(x[:100], y[:100]),
+        "float32_target": lambda x, y: torch.nn.functional.mse_loss(x, y.float()),
+    }
+    for name, g in calls.items():
+        if name == "broadcast":  # (F.mse_loss warns, on mtia as on CPU)
+            with pytest.warns(UserWarning, match="target size"):
+                got = low_precision_setting.on_mtia(C._fused_reduction_calls, 0, g, x, y).cpu()
+            with pytest.warns(UserWarning, match="target size"):
+                want = g(x, y)
+        else:
+            got, want = low_precision_setting.on_mtia(C._fused_reduction_calls, 0, g, x, y).cpu(), g(x, y)
+        torch.testing.assert_close(got, want, msg=name)
+    # gradients: CPU's mse_loss_backward, through autograd
+    grads = []
+    for device in ("cpu", "mtia"):
+        t = x.detach().to(device).requires_grad_()
+        f(t, y.to(device)).backward()
+        grads.append(t.grad.cpu())
+    torch.testing.assert_close(grads[1], grads[0])

@@ -1,4 +1,4 @@
-"""bf16/fp16 softmax and log_softmax backward over the last dim
+"""bf16/fp16 softmax and log_softmax, forward and backward, over the last dim
 (csrc/low_precision_softmax.h) through the row loop (AVX2 and, on hosts with
 it, AVX-512) and through CPU's kernels (OPENMTIA_LOW_PRECISION=native, or no
 ISA), against CPU PyTorch in the same dtype."""
@@ -75,8 +75,18 @@ def test_autograd_through_softmax_matches_cpu(op, dtype, mode):
         grads.append(t.grad.cpu())
         if device == "mtia":
             torch.mtia.synchronize()
-            assert C._fused_softmax_calls() - n == (1 if mode == "fused" else 0)
-    torch.testing.assert_close(grads[1], grads[0])
+            assert C._fused_softmax_calls() - n == (2 if mode == "fused" else 0)  # forward and backward
+    if op == "softmax":
+        torch.testing.assert_close(grads[1], grads[0])
+    # log_softmax's gradient g - exp(y) * sum(g) cancels where exp(y) * sum(g)
+    # is near g, and y differs from CPU's by CPU's rounding (see
+    # test_forward_matches_cpu): every gradient as close to the float64 one
+    # as CPU's, give or take a rounding of its terms
+    t = x.double().requires_grad_()
+    (forward(t, -1) * w.double()).sum().backward()
+    terms = w.double().abs() + forward(x.double(), -1).exp() * w.double().sum(-1, keepdim=True).abs()
+    bound = (grads[0].double() - t.grad).abs() + 2 * torch.finfo(dtype).eps * terms
+    assert bool(((grads[1].double() - t.grad).abs() <= bound).all())
 
 
 @pytest.mark.parametrize("dtype", LOW, ids=str)
@@ -98,4 +108,55 @@ def test_calls_the_loops_do_not_take_match_cpu(dtype, mode):
         A._softmax_backward_data(grad, y, 2, dtype)
     with pytest.raises(IndexError) as mtia_error:
         A._softmax_backward_data(grad.to("mtia"), y.to("mtia"), 2, dtype)
+    assert str(mtia_error.value) == str(cpu_error.value)
+
+
+FORWARD = {"softmax": A._softmax, "log_softmax": A._log_softmax}
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("op", sorted(FORWARD))
+def test_forward_matches_cpu(op, shape, dtype, mode):
+    """Each element as close to the float64 result as CPU's, give or take a
+    rounding (CPU's bf16 log_softmax rounds an intermediate to the dtype:
+    where the result is near 0 mtia's is the more accurate); NaN rows (a
+    NaN, a row of -inf, an inf) as CPU's."""
+    forward = FORWARD[op]
+    g = torch.Generator().manual_seed(shape[1])
+    x = (torch.randn(shape, generator=g) * 3).to(dtype)
+    x[1, 0] = float("nan")
+    x[2] = float("-inf")
+    x[3, 0] = float("inf")
+    if shape[1] > 2:
+        x[4, 1] = float("-inf")
+    for dim in (-1, len(shape) - 1):  # (the first and a later call of the signature)
+        got = on_mtia(mode, lambda a: forward(a, dim, False), x)
+        cpu = forward(x, dim, False)
+        assert got.dtype == cpu.dtype == dtype and got.shape == cpu.shape
+        assert torch.equal(got.isnan(), cpu.isnan()) and torch.equal(got.isinf(), cpu.isinf())
+        exact = forward(x.double(), dim, False)
+        keep = exact.isfinite()
+        bound = (cpu.double() - exact).abs() + torch.finfo(dtype).eps * (exact.abs() + (op == "log_softmax"))
+        assert bool(((got.double() - exact).abs() <= bound)[keep].all())
+        if op == "softmax":
+            torch.testing.assert_close(got, cpu, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+def test_forward_calls_the_loops_do_not_take_match_cpu(dtype, mode):
+    x = torch.randn(300, 200).to(dtype)
+    calls = {
+        "dim_0": lambda a: A._softmax(a, 0, False),
+        "transposed": lambda a: A._log_softmax(a.t(), 1, False),
+        "small": lambda a: A._softmax(a[:10], 1, False),
+        "float32_result": lambda a: torch.softmax(a, 1, dtype=torch.float32),
+    }
+    for name, f in calls.items():
+        torch.testing.assert_close(on_mtia(mode, f, x, fused=False), f(x), msg=name)
+    # half_to_float: CPU's kernel raises, on mtia as on CPU
+    with pytest.raises(RuntimeError) as cpu_error:
+        A._softmax(x, 1, True)
+    with pytest.raises(RuntimeError) as mtia_error:
+        A._softmax(x.to("mtia"), 1, True)
     assert str(mtia_error.value) == str(cpu_error.value)

@@ -2,6 +2,8 @@
 // low_precision_arithmetic.h).
 #include "low_precision_arithmetic.h"
 
+#include <ATen/MemoryOverlap.h>
+
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 
@@ -105,6 +107,28 @@ bool fusedLerp(const at::Tensor& self, const at::Tensor& end, const c10::Scalar&
 
 void launchLerp(const at::Tensor& self, const at::Tensor& end, const c10::Scalar& weight, const at::Tensor& out) {
   launchLoops(Arithmetic::kLerp, self, end, 0.0f, static_cast<float>(weight.toDouble()), out);  // (CPU: in float32)
+}
+
+bool fusedAddc(const at::Tensor& self, const at::Tensor& t1, const at::Tensor& t2, const c10::Scalar& value) {
+  return !value.isComplex() && loopsTake(self, t1) && loopsTake(self, t2) &&
+         at::get_overlap_status(self, t1) != at::MemOverlapStatus::Partial &&
+         at::get_overlap_status(self, t2) != at::MemOverlapStatus::Partial;
+}
+
+void launchAddc(bool div, const at::Tensor& self, const at::Tensor& t1, const at::Tensor& t2, const c10::Scalar& value) {
+  const bool bf16 = self.scalar_type() == at::kBFloat16;
+  g_calls.fetch_add(1, std::memory_order_relaxed);
+  auto* s = static_cast<uint16_t*>(self.data_ptr());
+  const auto* a = static_cast<const uint16_t*>(t1.data_ptr());
+  const auto* b = static_cast<const uint16_t*>(t2.data_ptr());
+  const int64_t n = self.numel();
+  const auto v = static_cast<float>(value.toDouble());
+  launchOnCurrentStream(self.device().index(), div ? "aten::addcdiv_" : "aten::addcmul_", [=] {
+    useKernelThreads(n * 4);
+    forEachThread(n, [&](int64_t begin, int64_t end) {
+      addcLoop(div, bf16, s + begin, a + begin, b + begin, v, s + begin, end - begin);
+    });
+  });
 }
 
 int64_t fusedArithmeticCalls() { return g_calls.load(); }

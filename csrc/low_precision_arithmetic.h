@@ -56,6 +56,12 @@ void launchClamp(const at::Tensor& a, const std::optional<c10::Scalar>& lo, cons
 // launch (out as above).
 bool fusedLerp(const at::Tensor& self, const at::Tensor& end, const c10::Scalar& weight);
 void launchLerp(const at::Tensor& self, const at::Tensor& end, const c10::Scalar& weight, const at::Tensor& out);
+// self.addcmul_(t1, t2, value) and addcdiv_ (an optimizer's step) through
+// the loops: whether they take it (self, t1 and t2 alike, as for
+// fusedArithmetic; value real), and the launch on self in place. value is
+// taken in float32, as CPU's kernel takes it.
+bool fusedAddc(const at::Tensor& self, const at::Tensor& t1, const at::Tensor& t2, const c10::Scalar& value);
+void launchAddc(bool div, const at::Tensor& self, const at::Tensor& t1, const at::Tensor& t2, const c10::Scalar& value);
 // How many calls the loops ran so far (for tests).
 int64_t fusedArithmeticCalls();
 

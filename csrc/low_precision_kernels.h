@@ -98,6 +98,11 @@ enum class Arithmetic { kAdd, kSub, kMul, kDiv, kClamp, kRsub, kLerp };
 void arithmeticLoop(Arithmetic kind, bool bf16, const uint16_t* x, const uint16_t* y, float s, float alpha,
                     uint16_t* out, int64_t n);
 
+// out[i] = self[i] + value * t1[i] * t2[i] (div: ... / t2[i]) in float32,
+// rounded once (CPU's addcmul/addcdiv of bf16/fp16); out may be self.
+void addcLoop(bool div, bool bf16, const uint16_t* self, const uint16_t* t1, const uint16_t* t2, float value,
+              uint16_t* out, int64_t n);
+
 // The six comparisons, in ATen's order (lt, le, gt, ge, eq, ne).
 enum class Comparison { kLt, kLe, kGt, kGe, kEq, kNe };
 // out[i] = x[i] kind y[i], or x[i] kind s where y is null (s a value of the

@@ -406,6 +406,10 @@ template <bool kDiv>
 at::Tensor& addcop_(at::Tensor& self, const at::Tensor& t1, const at::Tensor& t2, const c10::Scalar& value) {
   static constexpr const char* name = kDiv ? "aten::addcdiv_" : "aten::addcmul_";
   static const c10::OperatorHandle h = handle(name, "");
+  if (fusedAddc(self, t1, t2, value)) {  // bf16/fp16 above GRAIN_SIZE elements: the loops
+    launchAddc(kDiv, self, t1, t2, value);
+    return self;
+  }
   if (!inplacePlain(self, {&t1, &t2}) || value.isComplex()) {
     boxedFallbackCall(h, {self, t1, t2, value});
     return self;

@@ -263,3 +263,53 @@ def test_errors_raise_at_the_call_as_on_cpu(dtype, mode):
         m = torch.cat([a, a]).to("mtia")
         m[1:GRAIN + 6].add_(m[:GRAIN + 5])
     assert same_bits(on_mtia(mode, operator.mul, a, b), a * b)  # the device stays usable
+
+
+@pytest.mark.parametrize("op", ["addcmul_", "addcdiv_"])
+@pytest.mark.parametrize("n", SIZES)
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+def test_addcmul_addcdiv_in_place_match_cpu(dtype, n, op, mode):
+    """An optimizer's addcmul_/addcdiv_ (exp_avg_sq.addcmul_(g, g, value=1 -
+    beta2)): in float32, rounded once, CPU's results within the dtype's
+    tolerance; NaN, inf and a division by zero as on CPU; self written in
+    place (also where t1 is self)."""
+    g = torch.Generator().manual_seed(n)
+    s, t1, t2 = ((torch.randn(n, generator=g) * 3).to(dtype) for _ in range(3))
+    t1[5], t1[6], t2[7], t2[8] = float("nan"), float("inf"), 0.0, -0.0
+    for value in (1, 0.001, -2.5):
+        f = lambda s, a, b: getattr(s, op)(a, b, value=value)
+        cpu = f(s.clone(), t1, t2)
+        m = s.to("mtia")
+        ptr = m.data_ptr()
+        n0 = C._fused_arithmetic_calls()
+        r = f(m, t1.to("mtia"), t2.to("mtia"))
+        torch.mtia.synchronize()
+        assert C._fused_arithmetic_calls() - n0 == (1 if mode == "fused" else 0)
+        assert r is m and m.data_ptr() == ptr
+        got = m.cpu()
+        assert torch.equal(got.isnan(), cpu.isnan()) and torch.equal(got.isinf(), cpu.isinf())
+        torch.testing.assert_close(got, cpu, equal_nan=True)
+    # t1 is self
+    cpu = s.clone().addcmul_(s, t2, value=0.5)
+    m = s.to("mtia")
+    m.addcmul_(m, t2.to("mtia"), value=0.5)
+    torch.testing.assert_close(m.cpu(), cpu, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+def test_addcmul_calls_the_loops_do_not_take_match_cpu(dtype, mode):
+    s, t1 = operands(GRAIN + 100, dtype, 3)
+    t2 = torch.randn(GRAIN + 100).to(dtype)
+    calls = {
+        "broadcast": lambda s, a, b: s.addcmul_(a, b[:1]),
+        "float32_t2": lambda s, a, b: s.addcdiv_(a, b.float().abs() + 1),
+        "strided": lambda s, a, b: s[::2].addcmul_(a[::2], b[::2]),
+    }
+    for name, f in calls.items():
+        want = f(s.clone(), t1, t2)
+        n0 = C._fused_arithmetic_calls()
+        m = s.to("mtia")
+        f(m, t1.to("mtia"), t2.to("mtia"))
+        torch.mtia.synchronize()
+        assert C._fused_arithmetic_calls() == n0, name
+        torch.testing.assert_close(m.cpu() if name != "strided" else m.cpu()[::2], want, msg=name)

@@ -1,6 +1,7 @@
 """The low-precision paths the tests run (csrc/low_precision*.h): the mode
 (OPENMTIA_LOW_PRECISION) and the vector loops' ISA, set for one test."""
 import openmtia
+import pytest
 import torch
 
 C = openmtia._C
@@ -27,6 +28,14 @@ def setting(param):
     finally:
         C._set_activation_isa(before_isa)
         C._set_low_precision_mode(before)
+
+
+@pytest.fixture(params=modes())
+def fused_or_cpu(request):
+    """A test's `mode` (mode = low_precision_setting.fused_or_cpu): "fused"
+    where the vector loops run in the setting, else "cpu" (CPU's kernels)."""
+    for each in setting(request.param):
+        yield "fused" if fused(*each) else "cpu"
 
 
 def fused(mode, isa):

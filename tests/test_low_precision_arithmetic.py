@@ -16,10 +16,7 @@ GRAIN = 32768
 SIZES = [GRAIN + k for k in (1, 7, 15, 16, 17, 31, 33)] + [C._parallel_work() // 2 + 999]
 
 
-@pytest.fixture(params=low_precision_setting.modes())
-def mode(request):
-    for setting in low_precision_setting.setting(request.param):
-        yield "fused" if low_precision_setting.fused(*setting) else "cpu"
+mode = low_precision_setting.fused_or_cpu  # (the fixture: "fused" or "cpu" in each setting)
 
 
 def on_mtia(mode, f, *args, fused=True):

@@ -20,10 +20,7 @@ OPS = {"lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": operator.g
 FUNCS = {"lt": torch.lt, "le": torch.le, "gt": torch.gt, "ge": torch.ge, "eq": torch.eq, "ne": torch.ne}
 
 
-@pytest.fixture(params=low_precision_setting.modes())
-def mode(request):
-    for setting in low_precision_setting.setting(request.param):
-        yield "fused" if low_precision_setting.fused(*setting) else "cpu"
+mode = low_precision_setting.fused_or_cpu  # (the fixture: "fused" or "cpu" in each setting)
 
 
 def check(mode, f, *args, fused=True):

@@ -22,10 +22,7 @@ SHAPES = [((GRAIN + 1, 1), (1,)), ((2521, 13), (13,)), ((257, 129), (129,)), ((1
 AFFINE = ["weight_and_bias", "weight", "bias", "none"]
 
 
-@pytest.fixture(params=low_precision_setting.modes())
-def mode(request):
-    for setting in low_precision_setting.setting(request.param):
-        yield "fused" if low_precision_setting.fused(*setting) else "cpu"
+mode = low_precision_setting.fused_or_cpu  # (the fixture: "fused" or "cpu" in each setting)
 
 
 def on_mtia(mode, f, *args, fused=True):

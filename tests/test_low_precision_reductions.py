@@ -34,10 +34,7 @@ OPS = {
 EXACT = ("amax", "amin")  # the result is one of the elements
 
 
-@pytest.fixture(params=low_precision_setting.modes())
-def mode(request):
-    for setting in low_precision_setting.setting(request.param):
-        yield "fused" if low_precision_setting.fused(*setting) else "cpu"
+mode = low_precision_setting.fused_or_cpu  # (the fixture: "fused" or "cpu" in each setting)
 
 
 def run(mode, f, x, fused=True):

@@ -21,10 +21,7 @@ BACKWARD = {"softmax": (A._softmax_backward_data, torch.softmax),
             "log_softmax": (A._log_softmax_backward_data, torch.log_softmax)}
 
 
-@pytest.fixture(params=low_precision_setting.modes())
-def mode(request):
-    for setting in low_precision_setting.setting(request.param):
-        yield "fused" if low_precision_setting.fused(*setting) else "cpu"
+mode = low_precision_setting.fused_or_cpu  # (the fixture: "fused" or "cpu" in each setting)
 
 
 def on_mtia(mode, f, *args, fused=True):

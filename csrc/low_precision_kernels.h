@@ -118,8 +118,8 @@ double squaredDiffLoop(bool bf16, const uint16_t* x, const uint16_t* y, int64_t 
 // The largest (max) or smallest of n >= 1 elements; NaN if any is NaN.
 float extremumLoop(bool bf16, bool max, const uint16_t* x, int64_t n);
 // One row of n elements of softmax (log: log_softmax): the row's max, the
-// sum of exp(x - max) in float32, then exp(x - max) / sum (log: x - (max +
-// log(sum))) rounded once; NaN rows as CPU's. scratch: n floats; out may be x.
+// sum of exp(x - max) in float32, then exp(x - max) / sum rounded once (log:
+// (x - max) - log(sum), the sum and its log rounded to the dtype first, as CPU's); NaN rows as CPU's. scratch: n floats; out may be x.
 void softmaxLoop(bool bf16, bool log, const uint16_t* x, uint16_t* out, int64_t n, float* scratch);
 // One row of n elements of softmax's backward, out = y * (g - sum(g * y)),
 // or (log) log_softmax's, out = g - exp(y) * sum(g): y the forward's

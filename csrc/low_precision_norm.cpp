@@ -22,8 +22,8 @@ std::atomic<int64_t> g_calls{0};
 
 using Outputs = std::tuple<at::Tensor, at::Tensor, at::Tensor>;
 
-Outputs fallback(const char* name, std::vector<c10::IValue> args) {
-  const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow(name, "");
+// CPU's kernel of `op` through the fallback (op: a handle of static lifetime).
+Outputs fallback(const c10::OperatorHandle& op, std::vector<c10::IValue> args) {
   torch::jit::Stack stack(std::move(args));
   boxedFallback(op, &stack);
   auto out = [&](size_t i) { return stack[i].isTensor() ? stack[i].toTensor() : at::Tensor(); };
@@ -73,7 +73,8 @@ Outputs layerNorm(const at::Tensor& input, c10::SymIntArrayRef normalized_shape,
                   const std::optional<at::Tensor>& bias, double eps) {
   const auto normalized = C10_AS_INTARRAYREF_SLOW(normalized_shape);
   const int64_t n = loopsTake(input) ? rowLength(input, normalized, weight, bias) : 0;
-  if (n == 0) return fallback("aten::native_layer_norm", {input, normalized_shape, weight, bias, eps});
+  static const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow("aten::native_layer_norm", "");
+  if (n == 0) return fallback(op, {input, normalized_shape, weight, bias, eps});
   c10::DeviceGuard guard(input.device());
   std::vector<int64_t> stat_sizes(input.sizes().begin(), input.sizes().end() - normalized.size());
   stat_sizes.resize(input.dim(), 1);
@@ -107,6 +108,8 @@ Outputs layerNorm(const at::Tensor& input, c10::SymIntArrayRef normalized_shape,
 Outputs layerNormBackward(const at::Tensor& grad_out, const at::Tensor& input, c10::SymIntArrayRef normalized_shape,
                           const at::Tensor& mean, const at::Tensor& rstd, const std::optional<at::Tensor>& weight,
                           const std::optional<at::Tensor>& bias, std::array<bool, 3> mask) {
+  static const c10::OperatorHandle op =
+      c10::Dispatcher::singleton().findSchemaOrThrow("aten::native_layer_norm_backward", "");
   const auto normalized = C10_AS_INTARRAYREF_SLOW(normalized_shape);
   const bool has_w = weight.has_value() && weight->defined(), has_b = bias.has_value() && bias->defined();
   int64_t n = loopsTake(input, grad_out) ? rowLength(input, normalized, weight, bias) : 0;
@@ -117,8 +120,7 @@ Outputs layerNormBackward(const at::Tensor& grad_out, const at::Tensor& input, c
       n = 0;
   if ((mask[1] && !has_w) || (mask[2] && !has_b)) n = 0;
   if (n == 0)
-    return fallback("aten::native_layer_norm_backward",
-                    {grad_out, input, normalized_shape, mean, rstd, weight, bias, c10::List<bool>({mask[0], mask[1], mask[2]})});
+    return fallback(op, {grad_out, input, normalized_shape, mean, rstd, weight, bias, c10::List<bool>({mask[0], mask[1], mask[2]})});
   c10::DeviceGuard guard(input.device());
   at::Tensor dx = mask[0] ? emptyDeviceLike(input) : at::Tensor();
   at::Tensor dw = mask[1] ? emptyDeviceLike(*weight) : at::Tensor();

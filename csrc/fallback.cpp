@@ -7,7 +7,8 @@
 // signature's plan (plan_cache.h); later calls allocate their outputs on the
 // device as planned and enqueue the CPU kernel as a task on the current
 // stream. A structured op's new shape of a known family is planned by its C++
-// meta function (AsyncCall::newShapePlan) and is asynchronous at once.
+// meta function (AsyncCall::newShapePlan) and is asynchronous at once, as is
+// an in-place sampler's (normal_, uniform_, ...; inPlaceSampler).
 // Otherwise (scalar results, data-dependent shapes, value checks at the call,
 // Python CPU kernels) it runs synchronously (HostCall):
 //  - it waits for the current stream of the op's device (the host reads and
@@ -436,6 +437,34 @@ const c10::KernelFunction* cppMetaKernel(const c10::OperatorHandle& op) {
                [&] { return structuredMetaKernel(op.schema().name() + "." + op.schema().overload_name()); });
 }
 
+// An in-place sampler (normal_, uniform_, random_, bernoulli_.float, ...):
+// its one tensor is self, which it fills with draws from its Generator. Its
+// checks are of its numbers (std >= 0, from < to, to within self's dtype)
+// and of self's dtype, all of which a family key holds (plan_cache.h): none
+// depends on self's sizes, and its result is self. So, like a structured op,
+// a known family's new shape is planned (by its Meta kernel) without a first
+// call: `torch.randn(n, ...)` over never-seen n is asynchronous at once.
+bool inPlaceSampler(const c10::OperatorHandle& op) {
+  return perOp(&op.schema(), [&] {
+    const auto& schema = op.schema();
+    const auto& args = schema.arguments();
+    if (args.empty() || args[0].name() != "self" || !args[0].alias_info() || !args[0].alias_info()->isWrite() ||
+        schema.returns().size() != 1 || !schema.returns()[0].alias_info())
+      return false;
+    bool generator = false;
+    for (size_t i = 1; i < args.size(); ++i) {
+      const auto kind = args[i].type()->kind();
+      if (kind == c10::TypeKind::TensorType || kind == c10::TypeKind::ListType) return false;
+      if (auto opt = args[i].type()->cast<c10::OptionalType>()) {
+        const auto inner = opt->getElementType()->kind();
+        if (inner == c10::TypeKind::TensorType || inner == c10::TypeKind::ListType) return false;
+        generator = generator || inner == c10::TypeKind::GeneratorType;
+      }
+    }
+    return generator;
+  });
+}
+
 // The same plan: the same results (inputs or fresh outputs with the same
 // metadata) and the same resized inputs.
 bool samePlan(const Plan& a, const Plan& b) {
@@ -725,7 +754,7 @@ class AsyncCall {
         for (const auto& t : flat_args_) before_.push_back(t.defined() ? metaOf(t) : Plan::Meta{});
         // (a structured op: what its meta function plans, to see in learn()
         // whether it is what the CPU kernel does)
-        if (!family_key_.empty() && !meta_plan_) meta_plan_ = Planner(op_).plan(args);
+        if (!family_key_.empty() && !meta_plan_ && !inPlaceSampler(op_)) meta_plan_ = Planner(op_).plan(args);
         return Result::kLearn;
       }
       // Nothing waits during a capture: this call takes the Meta kernel's
@@ -931,7 +960,7 @@ class AsyncCall {
       if (debugFallback())
         std::fprintf(stderr, "openmtia: %s runs synchronously: %s\n", op_.schema().name().c_str(), why.c_str());
     }
-    if (!warned && learnsFamily(*plan)) planCache().put(family_key_, familyMark());
+    if (!warned && learnsFamily(*plan)) planCache().put(family_key_, inPlaceSampler(op_) ? plan : familyMark());
     planCache().put(key_, std::move(plan));
   }
 
@@ -947,17 +976,21 @@ class AsyncCall {
   // op at the call: a loop over never-seen shapes (variable-length batches,
   // generation) pays the op once, asynchronously. nullptr: a first call runs
   // (not structured, a new family, or the meta function rejects or warns:
-  // then the CPU kernel gives the error or warning, at the call).
+  // then the CPU kernel gives the error or warning, at the call). An in-place
+  // sampler's family holds its plan (self is its result, at any shape), which
+  // serves its new shapes without a meta run.
   std::shared_ptr<const Plan> newShapePlan(const std::vector<c10::IValue>& args) {
-    if (!cppMetaKernel(op_)) return nullptr;  // not structured
+    const bool sampler = inPlaceSampler(op_);
+    if (!cppMetaKernel(op_) && !sampler) return nullptr;  // not structured, not a sampler
     const auto& schema = op_.schema();
     KeyBuilder kb(op_, KeyBuilder::Shapes::kOmitted);
     kb.addState(globalState());
     for (size_t i = 0; i < args.size(); ++i)
       if (!kb.add(args[i], schema.arguments()[i].type())) return nullptr;
     family_key_ = kb.key();
-    if (!planCache().get(family_key_)) return nullptr;
-    std::shared_ptr<const Plan> plan = Planner(op_).plan(args);
+    std::shared_ptr<const Plan> family = planCache().get(family_key_);
+    if (!family) return nullptr;
+    std::shared_ptr<const Plan> plan = sampler ? family : Planner(op_).plan(args);
     if (!plan->async) {
       meta_plan_ = plan;  // (the first call's: no second meta run)
       return nullptr;
@@ -971,8 +1004,15 @@ class AsyncCall {
   // Whether a structured op's first call, which made `plan`, makes its family
   // known: the meta function planned the same, and no tensor (argument or
   // result) was empty (a kernel may return before its dtype checks then).
+  // (An in-place sampler's: its result was self, and nothing was resized.)
   bool learnsFamily(const Plan& plan) const {
-    if (!meta_plan_ || !meta_plan_->async || !plan.async || !samePlan(plan, *meta_plan_)) return false;
+    if (inPlaceSampler(op_)) {
+      if (!plan.async || plan.returns.size() != 1 || plan.returns[0].size() != 1 || plan.returns[0][0].input != 0 ||
+          !plan.resized.empty())
+        return false;
+    } else if (!meta_plan_ || !meta_plan_->async || !plan.async || !samePlan(plan, *meta_plan_)) {
+      return false;
+    }
     for (const auto& t : flat_args_)
       if (t.defined() && t.numel() == 0) return false;
     for (const auto& r : plan.returns)

@@ -166,3 +166,73 @@ def test_planning_a_new_shape_runs_no_python():
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+SAMPLERS = [
+    ("normal_", lambda t, g: t.normal_(0.5, 2.0, generator=g)),
+    ("uniform_", lambda t, g: t.uniform_(-1.0, 3.0, generator=g)),
+    ("bernoulli_", lambda t, g: t.bernoulli_(0.3, generator=g)),
+    ("exponential_", lambda t, g: t.exponential_(1.5, generator=g)),
+    ("random_", lambda t, g: t.random_(0, 10, generator=g)),
+]
+
+
+@pytest.mark.parametrize("name", [s[0] for s in SAMPLERS])
+def test_a_new_shape_of_an_in_place_sampler_is_asynchronous_and_draws_as_a_first_call(name):
+    # an in-place sampler's checks are of its numbers and dtype (in the family
+    # key), never of shapes: a known family's new shape queues without a first
+    # call, and draws what a first call would have drawn from the same state
+    draw = next(s[1] for s in SAMPLERS if s[0] == name)
+    g = torch.Generator(device="mtia")
+    shapes = [(5, 3), (17,), (33, 2), (1000,)]
+
+    def draws(known):
+        openmtia._C._clear_plan_cache()
+        if known:
+            for shape in [(4, 4), (4,)]:  # makes the families known (a family keeps its rank)
+                draw(torch.empty(shape, device="mtia"), g)
+        g.manual_seed(7)
+        out, firsts, queued = [], 0, 0
+        for shape in shapes:
+            t = torch.empty(shape, device="mtia")
+            torch.mtia.synchronize()
+            before = stats()
+            if known:  # (a first call waits for the stream: it cannot be held then)
+                gate = hold()
+                try:
+                    r = draw(t, g)
+                    queued += not torch.mtia.current_stream().query()
+                finally:
+                    gate.release()
+            else:
+                openmtia._C._clear_plan_cache()  # each a first call
+                r = draw(t, g)
+            assert r is t
+            firsts += stats()["first_calls"] - before["first_calls"]
+            out.append(t.cpu())
+        return out, firsts, queued
+
+    known, known_firsts, known_queued = draws(True)
+    fresh, fresh_firsts, _ = draws(False)
+    assert (known_firsts, known_queued) == (0, len(shapes))  # every new shape queued, none ran at the call
+    assert fresh_firsts == len(shapes)
+    for a, b in zip(known, fresh):
+        assert torch.equal(a, b)
+    big = known[-1]
+    assert big.isfinite().all() and big.unique().numel() > 1
+
+
+def test_argument_errors_of_a_samplers_new_shape_raise_at_the_call():
+    torch.empty(3, device="mtia").normal_(0.0, 1.0)
+    torch.empty(3, dtype=torch.uint8, device="mtia").random_(0, 200)
+    torch.empty(3, device="mtia").uniform_(0.0, 1.0)
+    torch.mtia.synchronize()
+    for n in (5, 9):  # new shapes of known families, with numbers CPU rejects
+        with pytest.raises(RuntimeError, match="normal expects std >= 0.0, but found std -1"):
+            torch.empty(n, device="mtia").normal_(0.0, -1.0)
+        with pytest.raises(RuntimeError, match="to - 1 is out of bounds for unsigned char"):
+            torch.empty(n, dtype=torch.uint8, device="mtia").random_(0, 300)
+        with pytest.raises(RuntimeError, match="uniform_ expects to return a \\[from, to\\) range, but found from=2"):
+            torch.empty(n, device="mtia").uniform_(2.0, 1.0)
+        torch.mtia.synchronize()  # nothing left behind
+    assert torch.ones(2, device="mtia").sum().item() == 2

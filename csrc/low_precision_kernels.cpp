@@ -218,6 +218,18 @@ void layerNormLoop(bool bf16, const uint16_t* x, const float* w, const float* b,
   else avx2::layerNorm(bf16, x, w, b, eps, y, n, scratch, mean, rstd);
 }
 
+void rmsNormLoop(bool bf16, const uint16_t* x, const float* w, float eps, uint16_t* y, int64_t n, float* scratch,
+                 float* rstd) {
+  if (wide()) avx512::rmsNorm(bf16, x, w, eps, y, n, scratch, rstd);
+  else avx2::rmsNorm(bf16, x, w, eps, y, n, scratch, rstd);
+}
+
+void rmsNormBackwardLoop(bool bf16, const uint16_t* dy, const uint16_t* x, const float* w, float rstd, int64_t n,
+                         float* scratch, uint16_t* dx, float* dw) {
+  if (wide()) avx512::rmsNormBackward(bf16, dy, x, w, rstd, n, scratch, dx, dw);
+  else avx2::rmsNormBackward(bf16, dy, x, w, rstd, n, scratch, dx, dw);
+}
+
 void layerNormBackwardLoop(bool bf16, const uint16_t* dy, const uint16_t* x, const float* w, float mean, float rstd,
                            int64_t n, float* scratch, uint16_t* dx, float* dw, float* db) {
   if (wide()) avx512::layerNormBackward(bf16, dy, x, w, mean, rstd, n, scratch, dx, dw, db);

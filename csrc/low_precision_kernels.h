@@ -136,6 +136,17 @@ void layerNormLoop(bool bf16, const uint16_t* x, const float* w, const float* b,
 // scratch: 2n floats.
 void layerNormBackwardLoop(bool bf16, const uint16_t* dy, const uint16_t* x, const float* w, float mean, float rstd,
                            int64_t n, float* scratch, uint16_t* dx, float* dw, float* db);
+// One row of rms_norm over n elements (the decomposition of torch's
+// _fused_rms_norm, in float32): rstd = 1 / sqrt(mean(x^2) + eps), y = x *
+// rstd * w rounded once (w: float32, null for none); y may be x. scratch: n
+// floats.
+void rmsNormLoop(bool bf16, const uint16_t* x, const float* w, float eps, uint16_t* y, int64_t n, float* scratch,
+                 float* rstd);
+// One row of rms_norm's backward given the forward's rstd: dx (null: not
+// wanted) rounded once, dw += dy * x * rstd in float32 (null: not wanted).
+// w: float32 (null: none). scratch: 2n floats.
+void rmsNormBackwardLoop(bool bf16, const uint16_t* dy, const uint16_t* x, const float* w, float rstd, int64_t n,
+                         float* scratch, uint16_t* dx, float* dw);
 // The index of the first largest (max) or smallest of n >= 1 elements; the
 // first NaN's if any is NaN (CPU's argmax/argmin). threads: in ranges on the
 // calling thread's team (forEachThread), their winners taken in order.

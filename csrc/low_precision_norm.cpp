@@ -1,13 +1,23 @@
 // bf16/fp16 layer_norm forward and backward (see low_precision_norm.h).
 #include "low_precision_norm.h"
 
+#include <ATen/OpMathType.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/ops/_fused_rms_norm_compositeimplicitautograd_dispatch.h>
+#include <ATen/TensorOperators.h>
+#include <ATen/TensorSubclassLikeUtils.h>
+#include <c10/core/impl/TorchDispatchModeTLS.h>
+#include <torch/csrc/autograd/autograd.h>
+#include <torch/csrc/autograd/custom_function.h>
+#include <ATen/ops/zeros.h>
+#include <ATen/ops/zeros_like.h>
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 #include <torch/library.h>
 
 #include <atomic>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <tuple>
 #include <vector>
@@ -159,10 +169,194 @@ Outputs layerNormBackward(const at::Tensor& grad_out, const at::Tensor& input, c
   return {dx, dw, db};
 }
 
+// rms_norm: torch.rms_norm calls _fused_rms_norm, whose CPU kernel is its
+// composite (casts and five ops, 2.1-2.5x float32's time in bf16/fp16). On
+// mtia the loops run a bf16/fp16 input they take, in one pass each way; the
+// rest keeps the composite (forward) and torch's decomposition of
+// _fused_rms_norm_backward in ATen ops (backward).
+// The row length where the loops take rms_norm of `input` (else 0).
+int64_t rmsRow(const at::Tensor& input, at::IntArrayRef normalized, const std::optional<at::Tensor>& weight) {
+  return loopsTake(input) ? rowLength(input, normalized, weight, std::nullopt) : 0;
+}
+
+std::tuple<at::Tensor, at::Tensor> rmsNorm(const at::Tensor& input, at::IntArrayRef normalized,
+                                           const std::optional<at::Tensor>& weight, std::optional<double> eps) {
+  const int64_t n = rmsRow(input, normalized, weight);
+  if (n == 0) return at::compositeimplicitautograd::_fused_rms_norm(input, normalized, weight, eps);
+  c10::DeviceGuard guard(input.device());
+  std::vector<int64_t> stat_sizes(input.sizes().begin(), input.sizes().end() - normalized.size());
+  stat_sizes.resize(input.dim(), 1);
+  at::Tensor out = emptyDeviceLike(input), rstd = emptyDevice(stat_sizes, at::kFloat);
+  g_calls.fetch_add(1, std::memory_order_relaxed);
+  const bool bf16 = input.scalar_type() == at::kBFloat16;
+  const int64_t rows = input.numel() / n;
+  const auto e = static_cast<float>(eps.value_or(std::numeric_limits<float>::epsilon()));
+  const auto* xp = static_cast<const uint16_t*>(input.const_data_ptr());
+  const uint16_t* wp = bits(weight);
+  auto* yp = static_cast<uint16_t*>(out.data_ptr());
+  auto* rp = rstd.data_ptr<float>();
+  launchOnCurrentStream(input.device().index(), "aten::_fused_rms_norm", [=] {
+    useKernelThreads(rows * n * 2);
+    const std::vector<float> wf = widenedAll(wp, bf16, n);
+    forEachThread(rows, [&](int64_t first, int64_t last) {
+      std::vector<float> scratch(n);
+      for (int64_t r = first; r < last; ++r)
+        rmsNormLoop(bf16, xp + r * n, wf.empty() ? nullptr : wf.data(), e, yp + r * n, n, scratch.data(), rp + r);
+    });
+  });
+  return {out, rstd};
+}
+
+// torch's decomposition of _fused_rms_norm_backward, in ATen ops.
+std::tuple<at::Tensor, at::Tensor> rmsNormBackwardOps(const at::Tensor& grad_out, const at::Tensor& input,
+                                                      at::IntArrayRef normalized, const at::Tensor& rstd,
+                                                      const std::optional<at::Tensor>& weight, std::array<bool, 2> mask) {
+  const bool has_w = weight.has_value() && weight->defined();
+  const int64_t axis = input.dim() - static_cast<int64_t>(normalized.size());
+  std::vector<int64_t> inner, outer;
+  int64_t rows = 1, n = 1;
+  for (int64_t d = 0; d < input.dim(); ++d) {
+    (d >= axis ? inner : outer).push_back(d);
+    (d >= axis ? n : rows) *= input.size(d);
+  }
+  if (rows == 0 || n == 0)
+    return {mask[0] ? at::zeros_like(input, at::MemoryFormat::Contiguous) : at::Tensor(),
+            mask[1] ? at::zeros(input.sizes().slice(axis), input.options()) : at::Tensor()};
+  const auto compute = at::toOpMathType(input.scalar_type());
+  const at::Tensor g = grad_out.to(compute).contiguous(), x = input.to(compute).contiguous();
+  at::Tensor r = rstd;
+  while (r.dim() < x.dim()) r = r.unsqueeze(-1);
+  const at::Tensor gxh = has_w ? g * weight->to(compute) : g;
+  const at::Tensor xh = x * r;
+  at::Tensor dx, dw;
+  if (mask[0]) dx = ((gxh - (xh / n) * (xh * gxh).sum(inner, /*keepdim=*/true)) * r).to(input.scalar_type());
+  if (mask[1] && has_w) dw = (outer.empty() ? g * xh : (g * xh).sum(outer)).to(input.scalar_type());
+  return {dx, dw};
+}
+
+std::tuple<at::Tensor, at::Tensor> rmsNormBackward(const at::Tensor& grad_out, const at::Tensor& input,
+                                                   at::IntArrayRef normalized, const at::Tensor& rstd,
+                                                   const std::optional<at::Tensor>& weight, std::array<bool, 2> mask) {
+  const bool has_w = weight.has_value() && weight->defined();
+  int64_t n = loopsTake(input, grad_out) ? rowLength(input, normalized, weight, std::nullopt) : 0;
+  const int64_t rows = n ? input.numel() / n : 0;
+  if (rstd.scalar_type() != at::kFloat || rstd.device() != input.device() || !rstd.is_contiguous() ||
+      rstd.numel() != rows || (mask[1] && !has_w))
+    n = 0;
+  if (n == 0) return rmsNormBackwardOps(grad_out, input, normalized, rstd, weight, mask);
+  c10::DeviceGuard guard(input.device());
+  at::Tensor dx = mask[0] ? emptyDeviceLike(input) : at::Tensor();
+  at::Tensor dw = mask[1] ? emptyDeviceLike(*weight) : at::Tensor();
+  g_calls.fetch_add(1, std::memory_order_relaxed);
+  const bool bf16 = input.scalar_type() == at::kBFloat16;
+  const auto* gp = static_cast<const uint16_t*>(grad_out.const_data_ptr());
+  const auto* xp = static_cast<const uint16_t*>(input.const_data_ptr());
+  const float* rp = rstd.const_data_ptr<float>();
+  const uint16_t* wp = bits(weight);
+  auto* dxp = mask[0] ? static_cast<uint16_t*>(dx.data_ptr()) : nullptr;
+  auto* dwp = mask[1] ? static_cast<uint16_t*>(dw.data_ptr()) : nullptr;
+  launchOnCurrentStream(input.device().index(), "aten::_fused_rms_norm_backward", [=] {
+    useKernelThreads(rows * n * 3);
+    std::vector<float> dw_sum(dwp ? n : 0, 0.f);  // per range of rows in float32, then added
+    std::mutex sums;
+    const std::vector<float> wf = widenedAll(wp, bf16, n);
+    forEachThread(rows, [&](int64_t first, int64_t last) {
+      std::vector<float> dw_part(dw_sum.size(), 0.f), scratch(2 * n);
+      float* dwq = dwp ? dw_part.data() : nullptr;
+      for (int64_t r = first; r < last; ++r)
+        rmsNormBackwardLoop(bf16, gp + r * n, xp + r * n, wf.empty() ? nullptr : wf.data(), rp[r], n,
+                            scratch.data(), dxp ? dxp + r * n : nullptr, dwq);
+      if (!dwq) return;
+      std::lock_guard<std::mutex> lock(sums);
+      for (int64_t j = 0; j < n; ++j) dw_sum[j] += dw_part[j];
+    });
+    if (dwp) narrowLoop(bf16, dw_sum.data(), dwp, n);
+  });
+  return {dx, dw};
+}
+
+// The autograd of rms_norm on mtia where the loops take it. The dispatcher
+// gives AutogradMTIA the composite (CompositeImplicitAutograd beats the
+// derivative formula for a backend outside its short list, even with an
+// mtia kernel), which autograd then differentiates op by op. So this kernel
+// is registered on AutogradMTIA itself: the loops forward, and backward the
+// loops again, as torch's formula for _fused_rms_norm does
+// (_fused_rms_norm_backward). Where that formula differentiates its
+// backward (create_graph, or a gradient for rstd), the backward recomputes
+// the composite and differentiates it. Other calls (a dtype, layout or
+// size the loops do not take, forward AD, tracing: fake tensors, dispatch
+// modes, subclasses) take the composite, as before.
+class RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
+ public:
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const at::Tensor& input,
+                                                const std::optional<at::Tensor>& weight, std::vector<int64_t> normalized,
+                                                std::optional<double> eps) {
+    at::AutoDispatchBelowADInplaceOrView below;
+    auto [out, rstd] = rmsNorm(input, normalized, weight, eps);
+    ctx->save_for_backward({input, weight.value_or(at::Tensor()), rstd});
+    ctx->set_materialize_grads(false);  // (an unused rstd's gradient stays undefined, not zeros)
+    ctx->saved_data["normalized"] = c10::IValue(normalized);
+    ctx->saved_data["eps"] = eps.has_value() ? c10::IValue(*eps) : c10::IValue();
+    return {out, rstd};
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const at::Tensor &input = saved[0], &weight = saved[1], &rstd = saved[2];
+    const std::vector<int64_t> normalized = ctx->saved_data["normalized"].toIntVector();
+    const bool want_w = weight.defined() && ctx->needs_input_grad(1);
+    std::array<bool, 2> mask{ctx->needs_input_grad(0), want_w};
+    std::optional<at::Tensor> w;
+    if (weight.defined()) w = weight;
+    if (c10::GradMode::is_enabled() || grads[1].defined()) {
+      // the composite again over the saved inputs, differentiated (with
+      // create_graph, its graph reaches the inputs': double backward)
+      const c10::IValue e = ctx->saved_data["eps"];
+      torch::autograd::variable_list outs, ins, gs;
+      {
+        at::AutoGradMode on(true);
+        auto [y, r] = at::compositeimplicitautograd::_fused_rms_norm(
+            input, normalized, w, e.isNone() ? std::nullopt : std::optional<double>(e.toDouble()));
+        for (auto [o, g] : {std::pair{y, grads[0]}, std::pair{r, grads[1]}})
+          if (g.defined() && o.requires_grad()) outs.push_back(o), gs.push_back(g);
+      }
+      if (mask[0]) ins.push_back(input);
+      if (want_w) ins.push_back(weight);
+      at::Tensor dx, dw;
+      if (!outs.empty() && !ins.empty()) {
+        auto r = torch::autograd::grad(outs, ins, gs, /*retain_graph=*/std::nullopt,
+                                       /*create_graph=*/c10::GradMode::is_enabled(), /*allow_unused=*/true);
+        if (mask[0]) dx = r[0];
+        if (want_w) dw = r.back();
+      }
+      return {dx, dw, at::Tensor(), at::Tensor()};
+    }
+    if (!grads[0].defined() || (!mask[0] && !mask[1])) return {at::Tensor(), at::Tensor(), at::Tensor(), at::Tensor()};
+    at::AutoDispatchBelowADInplaceOrView below;
+    auto [dx, dw] = rmsNormBackward(grads[0].contiguous(), input, normalized, rstd, w, mask);
+    return {dx, dw, at::Tensor(), at::Tensor()};
+  }
+};
+
+std::tuple<at::Tensor, at::Tensor> rmsNormAutograd(const at::Tensor& input, at::IntArrayRef normalized,
+                                                   const std::optional<at::Tensor>& weight, std::optional<double> eps) {
+  const at::Tensor w = weight.has_value() ? *weight : at::Tensor();
+  auto plain = [](const at::Tensor& t) {
+    return !t.defined() || (!at::isTensorSubclassLike(t) && !t._fw_grad(/*level=*/0).defined());
+  };
+  if (rmsRow(input, normalized, weight) == 0 || !plain(input) || !plain(w) ||
+      c10::impl::TorchDispatchModeTLS::any_modes_set())
+    return at::compositeimplicitautograd::_fused_rms_norm(input, normalized, weight, eps);
+  auto r = RmsNormFunction::apply(input, weight, normalized.vec(), eps);
+  return {r[0], r[1]};
+}
+
 }  // namespace
 
 const std::unordered_set<std::string>& normOps() {
-  static const std::unordered_set<std::string> ops = {"native_layer_norm", "native_layer_norm_backward"};
+  static const std::unordered_set<std::string> ops = {"native_layer_norm", "native_layer_norm_backward",
+                                                      "_fused_rms_norm", "_fused_rms_norm_backward"};
   return ops;
 }
 
@@ -171,6 +365,10 @@ int64_t fusedNormCalls() { return g_calls.load(); }
 TORCH_LIBRARY_IMPL(aten, MTIA, m) {
   m.impl("native_layer_norm", &layerNorm);
   m.impl("native_layer_norm_backward", &layerNormBackward);
+  m.impl("_fused_rms_norm", &rmsNorm);
+  m.impl("_fused_rms_norm_backward", &rmsNormBackward);
 }
+
+TORCH_LIBRARY_IMPL(aten, AutogradMTIA, m) { m.impl("_fused_rms_norm", &rmsNormAutograd); }
 
 }  // namespace openmtia

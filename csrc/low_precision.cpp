@@ -113,7 +113,12 @@ std::string lowPrecisionMode() {
 }
 
 bool float32Call(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
-  if (!perOp(&op.schema(), [&] { return lowPrecisionMatrixOps().count(op.schema().name()) > 0; })) return false;
+  // 1: a matrix op, 2: an order op, 0: neither
+  const int kind = perOp(&op.schema(), [&] {
+    const std::string& name = op.schema().name();
+    return lowPrecisionMatrixOps().count(name) ? 1 : lowPrecisionOrderOps().count(name) ? 2 : 0;
+  });
+  if (kind == 0) return false;
   const size_t nargs = op.schema().arguments().size();
   std::optional<c10::ScalarType> low;
   for (size_t i = stack.size() - nargs; i < stack.size(); ++i) {
@@ -123,7 +128,8 @@ bool float32Call(const c10::OperatorHandle& op, const torch::jit::Stack& stack) 
     if (low && v.toTensor().scalar_type() != *low) return false;  // mixed: CPU's kernel decides (and raises)
     low = v.toTensor().scalar_type();
   }
-  return low && isLowPrecision(*low) && lowPrecisionPath(*low) == LowPrecisionPath::kFloat32;
+  return low && isLowPrecision(*low) &&
+         (kind == 1 ? lowPrecisionPath(*low) : activationPath(*low, /*onednn=*/false)) == LowPrecisionPath::kFloat32;
 }
 
 namespace {
@@ -418,6 +424,12 @@ const std::unordered_set<std::string>& lowPrecisionMatrixOps() {
       "aten::mm",     "aten::addmm",   "aten::addmm_",       "aten::bmm",          "aten::baddbmm",
       "aten::baddbmm_", "aten::addbmm", "aten::addbmm_",     "aten::convolution", "aten::_convolution",
       "aten::convolution_backward"};
+  return ops;
+}
+
+const std::unordered_set<std::string>& lowPrecisionOrderOps() {
+  static const std::unordered_set<std::string> ops = {"aten::sort",   "aten::topk",      "aten::kthvalue",
+                                                      "aten::median", "aten::nanmedian", "aten::mode"};
   return ops;
 }
 

@@ -218,6 +218,11 @@ void layerNormLoop(bool bf16, const uint16_t* x, const float* w, const float* b,
   else avx2::layerNorm(bf16, x, w, b, eps, y, n, scratch, mean, rstd);
 }
 
+void cumulativeLoop(bool bf16, bool prod, const uint16_t* x, uint16_t* out, int64_t rows, int64_t n, float* scratch) {
+  if (wide()) avx512::cumulative(bf16, prod, x, out, rows, n, scratch);
+  else avx2::cumulative(bf16, prod, x, out, rows, n, scratch);
+}
+
 void rmsNormLoop(bool bf16, const uint16_t* x, const float* w, float eps, uint16_t* y, int64_t n, float* scratch,
                  float* rstd) {
   if (wide()) avx512::rmsNorm(bf16, x, w, eps, y, n, scratch, rstd);

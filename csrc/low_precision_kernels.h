@@ -136,6 +136,12 @@ void layerNormLoop(bool bf16, const uint16_t* x, const float* w, const float* b,
 // scratch: 2n floats.
 void layerNormBackwardLoop(bool bf16, const uint16_t* dy, const uint16_t* x, const float* w, float mean, float rstd,
                            int64_t n, float* scratch, uint16_t* dx, float* dw, float* db);
+// `rows` rows of n elements of a cumulative sum (prod: product) in CPU's
+// order: each row's elements in turn into a float32 accumulator, each
+// partial result rounded once (CPU's bf16/fp16 cumsum and cumprod bit for
+// bit). out may be x. scratch: 2 * kCumulativeRows * n floats.
+constexpr int64_t kCumulativeRows = 4;
+void cumulativeLoop(bool bf16, bool prod, const uint16_t* x, uint16_t* out, int64_t rows, int64_t n, float* scratch);
 // One row of rms_norm over n elements (the decomposition of torch's
 // _fused_rms_norm, in float32): rstd = 1 / sqrt(mean(x^2) + eps), y = x *
 // rstd * w rounded once (w: float32, null for none); y may be x. scratch: n

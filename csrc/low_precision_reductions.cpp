@@ -230,12 +230,41 @@ at::Tensor mseLoss(const at::Tensor& self, const at::Tensor& target, int64_t red
   return out;
 }
 
+// cumsum/cumprod over the last dim of a bf16/fp16 tensor the loops take
+// (no dtype argument, or its own): rows of CPU's scan, kCumulativeRows at a
+// time, ranges of rows on the threads. Every other call: the fallback.
+template <bool kProd>
+at::Tensor cumulative(const at::Tensor& x, int64_t dim, std::optional<at::ScalarType> dtype) {
+  static const c10::OperatorHandle op =
+      c10::Dispatcher::singleton().findSchemaOrThrow(kProd ? "aten::cumprod" : "aten::cumsum", "");
+  if ((dtype && *dtype != x.scalar_type()) || x.dim() == 0 || trailingDims(x, dim) != 1 || x.numel() == 0 ||
+      !fusedReduction(x))
+    return boxedFallbackCall(op, {x, dim, dtype});
+  c10::DeviceGuard guard(x.device());
+  at::Tensor out = emptyDeviceLike(x);
+  g_calls.fetch_add(1, std::memory_order_relaxed);
+  const bool bf16 = x.scalar_type() == at::kBFloat16;
+  const int64_t n = x.size(-1), rows = x.numel() / n;
+  const auto* xp = static_cast<const uint16_t*>(x.const_data_ptr());
+  auto* yp = static_cast<uint16_t*>(out.data_ptr());
+  launchOnCurrentStream(x.device().index(), kProd ? "aten::cumprod" : "aten::cumsum", [=] {
+    useKernelThreads(rows * n * 2);
+    const int64_t blocks = (rows + kCumulativeRows - 1) / kCumulativeRows;
+    forEachThread(blocks, [&](int64_t first, int64_t last) {
+      std::vector<float> scratch(2 * kCumulativeRows * n);
+      const int64_t r0 = first * kCumulativeRows, r1 = std::min(rows, last * kCumulativeRows);
+      cumulativeLoop(bf16, kProd, xp + r0 * n, yp + r0 * n, r1 - r0, n, scratch.data());
+    });
+  });
+  return out;
+}
+
 }  // namespace
 
 const std::unordered_set<std::string>& reductionOps() {
   static const std::unordered_set<std::string> ops = {"linalg_vector_norm", "norm.ScalarOpt_dim", "argmax",
                                                       "argmin",           "max.dim",            "min.dim",
-                                                      "mse_loss"};
+                                                      "mse_loss",           "cumsum",             "cumprod"};
   return ops;
 }
 
@@ -247,6 +276,8 @@ TORCH_LIBRARY_IMPL(aten, MTIA, m) {
   m.impl("max.dim", &extremumDim<true>);
   m.impl("min.dim", &extremumDim<false>);
   m.impl("mse_loss", &mseLoss);
+  m.impl("cumsum", &cumulative<false>);
+  m.impl("cumprod", &cumulative<true>);
 }
 
 }  // namespace openmtia

@@ -16,7 +16,9 @@
 // (partials combined in thread order: the same result for a thread count);
 // rows, one per thread at a time.
 // Smaller tensors keep the small-op path, CPU's kernels bit for bit
-// (pointwise.cpp).
+// (pointwise.cpp). cumsum and cumprod over the last dim (no dtype
+// argument) run CPU's scan order in the loops: CPU's results bit for bit
+// (cumulativeLoop).
 #pragma once
 
 #include <ATen/core/Tensor.h>

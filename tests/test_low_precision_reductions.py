@@ -436,3 +436,50 @@ def test_mse_loss_specials_and_calls_the_loops_do_not_take(dtype, mode):
         f(t, y.to(device)).backward()
         grads.append(t.grad.cpu())
     torch.testing.assert_close(grads[1], grads[0])
+
+
+CUMULATIVE = {"cumsum": torch.cumsum, "cumprod": torch.cumprod}
+
+
+def same_bits(got, want):
+    """Bit for bit, NaN where CPU's is."""
+    nan = want.isnan()
+    assert got.dtype == want.dtype and got.shape == want.shape
+    assert torch.equal(got.isnan(), nan)
+    assert torch.equal(got[~nan].view(torch.int16), want[~nan].view(torch.int16))
+
+
+# rows: fewer than the loops' 4 at a time, not a multiple of 4, one element,
+# a row over a vector's tail, rows over the parallel threshold
+@pytest.mark.parametrize("shape", [(2, GRAIN + 3), (1027, 33), (GRAIN + 1, 1), (13, 5, 517),
+                                   (C._parallel_work() // 100 + 5, 100)], ids=str)
+@pytest.mark.parametrize("op", list(CUMULATIVE))
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+def test_cumulative_over_the_last_dim_matches_cpu_bit_for_bit(op, shape, dtype, mode):
+    # CPU's order: each row's elements in turn into a float32 accumulator,
+    # each partial result rounded once
+    f = CUMULATIVE[op]
+    g = torch.Generator().manual_seed(shape[-1])
+    x = (torch.randn(shape, generator=g) * (0.05 if op == "cumprod" else 3) + (1 if op == "cumprod" else 0)).to(dtype)
+    flat = x.view(-1)
+    flat[5], flat[shape[-1] + 2 if flat.numel() > shape[-1] + 2 else 0] = float("inf"), float("nan")
+    for _ in range(2):  # (the signature's first call, then a later one)
+        same_bits(*run(mode, lambda t: f(t, -1), x))
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+def test_cumulative_calls_the_loops_do_not_take_match_cpu(dtype, mode):
+    x = torch.randn(300, 200).to(dtype)
+    for f in (lambda t: torch.cumsum(t, 0),  # not the last dim
+              lambda t: torch.cumsum(t, -1, dtype=torch.float32),  # another dtype
+              lambda t: torch.cumprod(t.t(), -1),  # not contiguous
+              lambda t: torch.cumsum(t[:2, :3], 1)):  # under GRAIN elements
+        got, want = run(mode, f, x, fused=False)
+        same_bits(got, want) if got.dtype != torch.float32 else torch.testing.assert_close(got, want)
+    with pytest.raises(IndexError, match="Dimension out of range"):
+        torch.cumsum(x.to("mtia"), 2)
+    m = x.to("mtia").requires_grad_()
+    torch.cumprod(m, -1).sum().backward()
+    c = x.clone().requires_grad_()
+    torch.cumprod(c, -1).sum().backward()
+    same_bits(m.grad.cpu(), c.grad)

@@ -428,8 +428,9 @@ const std::unordered_set<std::string>& lowPrecisionMatrixOps() {
 }
 
 const std::unordered_set<std::string>& lowPrecisionOrderOps() {
-  static const std::unordered_set<std::string> ops = {"aten::sort",   "aten::topk",      "aten::kthvalue",
-                                                      "aten::median", "aten::nanmedian", "aten::mode"};
+  static const std::unordered_set<std::string> ops = {
+      "aten::sort",      "aten::topk", "aten::kthvalue", "aten::median", "aten::nanmedian", "aten::mode",
+      "aten::_cummax_helper", "aten::_cummin_helper"};  // (cummax/cummin's CPU kernels)
   return ops;
 }
 

@@ -1,4 +1,5 @@
-"""bf16/fp16 order ops (sort, topk, kthvalue, median, nanmedian, mode) over
+"""bf16/fp16 order ops (sort, topk, kthvalue, median, nanmedian, mode,
+cummax, cummin) over
 float32 stand-ins (csrc/low_precision.h, lowPrecisionOrderOps): widening is
 exact and keeps every comparison, so CPU's float32 kernel gives CPU's
 bf16/fp16 values and indices bit for bit, ties, NaN, inf and -0.0 included.
@@ -44,6 +45,8 @@ CASES = {
     "median": lambda x: torch.median(x),
     "nanmedian dim": lambda x: torch.nanmedian(x, dim=0),
     "mode": lambda x: torch.mode(x, dim=-1),
+    "cummax": lambda x: torch.cummax(x, dim=-1),
+    "cummin": lambda x: torch.cummin(x, dim=0),
 }
 
 

@@ -270,6 +270,22 @@ def lp_layer_norm(device, dtype):
     return lambda: torch.autograd.grad(torch.nn.functional.layer_norm(x, (1024,), w, b), (x, w, b), g)
 
 
+def lp_rms_norm(device, dtype):
+    """rms_norm forward and backward (input and weight gradients)."""
+    x = torch.randn(1024, 1024, device=device, dtype=dtype, requires_grad=True)
+    w = torch.randn(1024, device=device, dtype=dtype, requires_grad=True)
+    g = torch.randn(1024, 1024, device=device, dtype=dtype)
+    return lambda: torch.autograd.grad(torch.nn.functional.rms_norm(x, (1024,), w), (x, w), g)
+
+
+def lp_attention(device, dtype):
+    """Causal scaled_dot_product_attention forward and backward."""
+    q, k, v = (torch.randn(4, 4, 256, 64, device=device, dtype=dtype, requires_grad=True) for _ in range(3))
+    g = torch.randn(4, 4, 256, 64, device=device, dtype=dtype)
+    return lambda: torch.autograd.grad(torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True),
+                                       (q, k, v), g)
+
+
 def lp_add(device, dtype):
     a, b = (torch.randn(1 << 20, device=device, dtype=dtype) for _ in range(2))
     return lambda: a + b
@@ -295,6 +311,8 @@ LOW_PRECISION_CASES = [
     ("gelu backward, 1M elements", lp_gelu_backward, (torch.bfloat16, torch.float16), 5),
     ("silu, 1M elements", lp_silu, (torch.bfloat16, torch.float16), 5),
     ("layer_norm fwd+bwd, 1024x1024", lp_layer_norm, (torch.bfloat16, torch.float16), 5),
+    ("rms_norm fwd+bwd, 1024x1024", lp_rms_norm, (torch.bfloat16, torch.float16), 5),
+    ("causal attention fwd+bwd, 4x4x256x64", lp_attention, (torch.bfloat16, torch.float16), 2),
     ("add, 1M elements", lp_add, (torch.bfloat16, torch.float16), 5),
     ("x > y, 1M elements", lp_compare, (torch.bfloat16, torch.float16), 5),
     ("mean, 1M elements", lp_mean, (torch.bfloat16, torch.float16), 5),

@@ -112,6 +112,11 @@ std::string lowPrecisionMode() {
   return "auto";
 }
 
+// A tensor float32 whatever the operands' dtype: attention's logsumexp (an
+// output of the flash kernels, an input of their backward). It takes no
+// part in the dtype check and stays float32.
+bool float32ByDesign(const c10::Argument& a) { return a.name() == "logsumexp"; }
+
 bool float32Call(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
   // 1: a matrix op, 2: an order op, 0: neither
   const int kind = perOp(&op.schema(), [&] {
@@ -123,6 +128,7 @@ bool float32Call(const c10::OperatorHandle& op, const torch::jit::Stack& stack) 
   std::optional<c10::ScalarType> low;
   for (size_t i = stack.size() - nargs; i < stack.size(); ++i) {
     const c10::IValue& v = stack[i];
+    if (float32ByDesign(op.schema().arguments()[i - (stack.size() - nargs)])) continue;
     if (v.isTensorList() || v.isOptionalTensorList()) return false;
     if (!v.isTensor() || !v.toTensor().defined() || !v.toTensor().is_floating_point()) continue;
     if (low && v.toTensor().scalar_type() != *low) return false;  // mixed: CPU's kernel decides (and raises)
@@ -398,6 +404,7 @@ void callCpuKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, bool
   for (size_t i = stack->size() - nrets; i < stack->size(); ++i) {
     c10::IValue& v = (*stack)[i];
     if (!v.isTensor() || !v.toTensor().defined() || v.toTensor().scalar_type() != at::kFloat) continue;
+    if (float32ByDesign(op.schema().returns()[i - (stack->size() - nrets)])) continue;
     const at::Tensor r = v.toTensor();
     auto w = std::find_if(written.begin(), written.end(), [&](const auto& p) { return p.second.is_same(r); });
     if (work && w == written.end()) useKernelThreads(r.numel());
@@ -423,7 +430,9 @@ const std::unordered_set<std::string>& lowPrecisionMatrixOps() {
   static const std::unordered_set<std::string> ops = {
       "aten::mm",     "aten::addmm",   "aten::addmm_",       "aten::bmm",          "aten::baddbmm",
       "aten::baddbmm_", "aten::addbmm", "aten::addbmm_",     "aten::convolution", "aten::_convolution",
-      "aten::convolution_backward"};
+      "aten::convolution_backward",
+      // (sdpa's flash kernels: attention.cpp)
+      "aten::_scaled_dot_product_flash_attention_for_cpu", "aten::_scaled_dot_product_flash_attention_for_cpu_backward"};
   return ops;
 }
 

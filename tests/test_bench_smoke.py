@@ -15,7 +15,7 @@ def test_cpu_and_low_precision_tables_run(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     rows = [l for l in r.stdout.splitlines() if l.startswith("| ") and not l.startswith("| case")]
     low = [l for l in rows if "float16" in l or "bfloat16" in l]
-    assert len(low) == 2 * 11, low  # eleven cases, bf16 and fp16 each
+    assert len(low) == 2 * 13, low  # thirteen cases, bf16 and fp16 each
     assert any("gelu backward" in l for l in low) and any("silu" in l for l in low)
     assert any("layer_norm" in l for l in low)
     assert any("x > y" in l for l in low) and any("mean" in l for l in low)

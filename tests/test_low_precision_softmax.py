@@ -62,8 +62,9 @@ def test_backward_matches_cpu(op, shape, dtype, mode):
 @pytest.mark.parametrize("op", sorted(BACKWARD))
 def test_autograd_through_softmax_matches_cpu(op, dtype, mode):
     _, forward = BACKWARD[op]
-    x = torch.randn(8, 64, 129).to(dtype)
-    w = torch.randn(8, 64, 129).to(dtype)
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(8, 64, 129, generator=g).to(dtype)
+    w = torch.randn(8, 64, 129, generator=g).to(dtype)
     grads = []
     for device in ("cpu", "mtia"):
         t = x.detach().to(device).requires_grad_()
@@ -73,7 +74,9 @@ def test_autograd_through_softmax_matches_cpu(op, dtype, mode):
         if device == "mtia":
             torch.mtia.synchronize()
             assert C._fused_softmax_calls() - n == (2 if mode == "fused" else 0)  # forward and backward
-    torch.testing.assert_close(grads[1], grads[0])
+    # (the loops sum in another order than CPU's kernel: a gradient may be a
+    # rounding of the dtype away from CPU's, 1 in 66048 here)
+    torch.testing.assert_close(grads[1], grads[0], atol=1e-5, rtol=2 * torch.finfo(dtype).eps)
     # every gradient as close to the float64 one as CPU's, give or take a
     # rounding of its terms
     t = x.double().requires_grad_()

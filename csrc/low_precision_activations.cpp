@@ -59,6 +59,12 @@ at::Tensor sigmoidBackward(const at::Tensor& grad, const at::Tensor& y) {
   return fusedActivationResult(Activation::kSigmoidBackward, y, grad);
 }
 
+at::Tensor tanhBackward(const at::Tensor& grad, const at::Tensor& y) {
+  static const c10::OperatorHandle op = handle("aten::tanh_backward");
+  if (!fusedActivation(Activation::kTanhBackward, y, grad)) return boxedFallbackCall(op, {grad, y});
+  return fusedActivationResult(Activation::kTanhBackward, y, grad);
+}
+
 }  // namespace
 
 bool fusedActivation(Activation kind, const at::Tensor& x, const at::Tensor& grad) {
@@ -68,8 +74,8 @@ bool fusedActivation(Activation kind, const at::Tensor& x, const at::Tensor& gra
 void launchActivation(Activation kind, const at::Tensor& x, const at::Tensor& grad, const at::Tensor& out) {
   static const char* const kNames[] = {"aten::gelu",          "aten::gelu",          "aten::silu",
                                        "aten::sigmoid",       "aten::gelu_backward", "aten::gelu_backward",
-                                       "aten::sigmoid_backward", "aten::pow", "aten::relu",
-                                       "aten::log"};
+                                       "aten::sigmoid_backward", "aten::tanh_backward", "aten::pow",
+                                       "aten::relu", "aten::log"};
   static_assert(sizeof(kNames) / sizeof(kNames[0]) == static_cast<size_t>(Activation::kNumActivations),
                 "a task name for each kind");
   g_calls.fetch_add(1, std::memory_order_relaxed);
@@ -100,7 +106,8 @@ at::Tensor fusedActivationResult(Activation kind, const at::Tensor& x, const at:
 int64_t fusedActivationCalls() { return g_calls.load(); }
 
 const std::unordered_set<std::string>& activationOps() {
-  static const std::unordered_set<std::string> ops = {"gelu", "gelu_", "gelu_backward", "sigmoid_backward"};
+  static const std::unordered_set<std::string> ops = {"gelu", "gelu_", "gelu_backward", "sigmoid_backward",
+                                                      "tanh_backward"};
   return ops;
 }
 
@@ -109,6 +116,7 @@ TORCH_LIBRARY_IMPL(aten, MTIA, m) {
   m.impl("gelu_", &gelu_);
   m.impl("gelu_backward", &geluBackward);
   m.impl("sigmoid_backward", &sigmoidBackward);
+  m.impl("tanh_backward", &tanhBackward);
 }
 
 }  // namespace openmtia

@@ -33,6 +33,7 @@ OPS = {
     "gelu_backward": (lambda g, x: A.gelu_backward(g, x), True),
     "gelu_tanh_backward": (lambda g, x: A.gelu_backward(g, x, approximate="tanh"), True),
     "sigmoid_backward": (lambda g, y: A.sigmoid_backward(g, y), True),
+    "tanh_backward": (lambda g, y: A.tanh_backward(g, y), True),
     "pow2": (lambda g, x: x.pow(2), False),
     "square": (lambda g, x: torch.square(x), False),
     "relu": (lambda g, x: torch.relu(x), False),
@@ -62,8 +63,8 @@ def fused_calls(mode, f, expect=True):
 def inputs(op, n, dtype, seed=0):
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(n, generator=g) * 4
-    if op == "sigmoid_backward":
-        x = torch.sigmoid(x)  # its second operand is the forward's result
+    if op in ("sigmoid_backward", "tanh_backward"):
+        x = torch.sigmoid(x) if op == "sigmoid_backward" else torch.tanh(x)  # the forward's result
     if op == "log":
         x = x.abs() * torch.logspace(-6, 3, n)  # positive, over nine decades (negatives: the specials' test)
     return torch.randn(n, generator=g).to(dtype), x.to(dtype)
@@ -102,8 +103,8 @@ def test_nan_inf_and_extremes_as_on_cpu(op, dtype, mode):
                6e4, -6e4, 5.0, -5.0, 0.5]
     x = torch.tensor(special * 2049 + special[:7])  # 32791: the 32- and 16-element blocks and the tail
     g = torch.linspace(-2, 2, x.numel())
-    if op == "sigmoid_backward":
-        x = torch.sigmoid(x)
+    if op in ("sigmoid_backward", "tanh_backward"):
+        x = torch.sigmoid(x) if op == "sigmoid_backward" else torch.tanh(x)
     g, x = g.to(dtype), x.to(dtype)
     # (gelu: CPU's fp16 kernel, the formula; the others: float32, rounded)
     expected = f(g.half(), x.half()).float() if op in GELU_OPS else f(g.float(), x.float()).to(dtype).float()

@@ -118,10 +118,11 @@ std::string lowPrecisionMode() {
 bool float32ByDesign(const c10::Argument& a) { return a.name() == "logsumexp"; }
 
 bool float32Call(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
-  // 1: a matrix op, 2: an order op, 0: neither
+  // 1: a matrix op, 2: an order or attention op, 0: neither
   const int kind = perOp(&op.schema(), [&] {
     const std::string& name = op.schema().name();
-    return lowPrecisionMatrixOps().count(name) ? 1 : lowPrecisionOrderOps().count(name) ? 2 : 0;
+    if (lowPrecisionMatrixOps().count(name)) return 1;
+    return lowPrecisionOrderOps().count(name) || lowPrecisionAttentionOps().count(name) ? 2 : 0;
   });
   if (kind == 0) return false;
   const size_t nargs = op.schema().arguments().size();
@@ -430,9 +431,13 @@ const std::unordered_set<std::string>& lowPrecisionMatrixOps() {
   static const std::unordered_set<std::string> ops = {
       "aten::mm",     "aten::addmm",   "aten::addmm_",       "aten::bmm",          "aten::baddbmm",
       "aten::baddbmm_", "aten::addbmm", "aten::addbmm_",     "aten::convolution", "aten::_convolution",
-      "aten::convolution_backward",
-      // (sdpa's flash kernels: attention.cpp)
-      "aten::_scaled_dot_product_flash_attention_for_cpu", "aten::_scaled_dot_product_flash_attention_for_cpu_backward"};
+      "aten::convolution_backward"};
+  return ops;
+}
+
+const std::unordered_set<std::string>& lowPrecisionAttentionOps() {
+  static const std::unordered_set<std::string> ops = {"aten::_scaled_dot_product_flash_attention_for_cpu",
+                                                      "aten::_scaled_dot_product_flash_attention_for_cpu_backward"};
   return ops;
 }
 

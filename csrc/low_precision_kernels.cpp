@@ -111,6 +111,20 @@ bool loopOperand(const at::Tensor& t) {
          t.numel() > loopMin().load(std::memory_order_relaxed) && t.is_contiguous() && !t.is_neg() && !t.is_conj();
 }
 
+int64_t leadingDims(const at::Tensor& x, at::IntArrayRef dim) {
+  const int64_t ndim = x.dim();
+  const auto k = static_cast<int64_t>(dim.size());
+  if (k < 1 || k >= ndim) return -1;
+  std::vector<bool> seen(ndim, false);
+  for (int64_t d : dim) {
+    if (d < -ndim || d >= ndim) return -1;
+    const int64_t i = d < 0 ? d + ndim : d;
+    if (seen[i] || i >= k) return -1;
+    seen[i] = true;
+  }
+  return k;
+}
+
 bool loopsTake(const at::Tensor& a, const at::Tensor& b, bool onednn) {
   if (kernelIsa() == KernelIsa::kNone || !loopOperand(a)) return false;
   if (b.defined() && (!loopOperand(b) || b.scalar_type() != a.scalar_type() || b.device() != a.device() ||
@@ -216,6 +230,12 @@ void layerNormLoop(bool bf16, const uint16_t* x, const float* w, const float* b,
                    float* scratch, float* mean, float* rstd) {
   if (wide()) avx512::layerNorm(bf16, x, w, b, eps, y, n, scratch, mean, rstd);
   else avx2::layerNorm(bf16, x, w, b, eps, y, n, scratch, mean, rstd);
+}
+
+void columnsLoop(bool bf16, int kind, const uint16_t* x, int64_t rows, int64_t cols, int64_t c0, int64_t c1, float* out,
+                 float* scratch) {
+  if (wide()) avx512::columns(bf16, kind, x, rows, cols, c0, c1, out, scratch);
+  else avx2::columns(bf16, kind, x, rows, cols, c0, c1, out, scratch);
 }
 
 void cumulativeLoop(bool bf16, bool prod, const uint16_t* x, uint16_t* out, int64_t rows, int64_t n, float* scratch) {

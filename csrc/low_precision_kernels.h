@@ -61,6 +61,10 @@ float inDtype(double v, bool bf16);
 // (k >= 1), each once and in range (none: all of them); else -1. (The
 // reductions' rows; 1: the last dim, as softmax's and argmax's.)
 int64_t trailingDims(const at::Tensor& x, at::IntArrayRef dim);
+// How many leading dims of x `dim` names, where it names exactly the first
+// k (1 <= k < x.dim()), each once and in range; else -1. (The column
+// reductions: a batch's mean over dim 0.)
+int64_t leadingDims(const at::Tensor& x, at::IntArrayRef dim);
 
 // out[i] = kind(x[i]) (or kind(g[i], x[i])) for n elements, on the calling
 // thread; out may be x.
@@ -137,6 +141,12 @@ void layerNormLoop(bool bf16, const uint16_t* x, const float* w, const float* b,
 // scratch: 2n floats.
 void layerNormBackwardLoop(bool bf16, const uint16_t* dy, const uint16_t* x, const float* w, float mean, float rstd,
                            int64_t n, float* scratch, uint16_t* dx, float* dw, float* db);
+// A reduction over leading dims (kind 0 sum, 1 max, 2 min): columns [c0,
+// c1) of `rows` rows of `cols` elements at x, each column's float32 result
+// to out[c - c0] (sums: blocks of 64 rows, then their totals; extrema: NaN
+// if any element is). scratch: c1 - c0 floats.
+void columnsLoop(bool bf16, int kind, const uint16_t* x, int64_t rows, int64_t cols, int64_t c0, int64_t c1, float* out,
+                 float* scratch);
 // `rows` rows of n elements of a cumulative sum (prod: product) in CPU's
 // order: each row's elements in turn into a float32 accumulator, each
 // partial result rounded once (CPU's bf16/fp16 cumsum and cumprod bit for

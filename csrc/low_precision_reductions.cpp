@@ -105,6 +105,38 @@ at::Tensor fusedReductionResult(Reduction kind, const at::Tensor& x, int64_t tra
   return out;
 }
 
+at::Tensor fusedLeadingReductionResult(Reduction kind, const at::Tensor& x, int64_t leading, bool keepdim) {
+  static const char* const kNames[] = {"aten::sum", "aten::mean", "aten::amax", "aten::amin",
+                                       "aten::linalg_vector_norm"};
+  TORCH_INTERNAL_ASSERT(kind != Reduction::kNorm2 && leading >= 1 && leading < x.dim());
+  c10::DeviceGuard guard(x.device());
+  std::vector<int64_t> sizes(keepdim ? leading : 0, 1);
+  sizes.insert(sizes.end(), x.sizes().begin() + leading, x.sizes().end());
+  at::Tensor out = emptyDevice(sizes, x.scalar_type());
+  g_calls.fetch_add(1, std::memory_order_relaxed);
+  const auto* xp = static_cast<const uint16_t*>(x.data_ptr());
+  auto* op = static_cast<uint16_t*>(out.data_ptr());
+  const int64_t n = x.numel(), cols = out.numel(), rows = n / cols;
+  const bool bf16 = x.scalar_type() == at::kBFloat16;
+  const int code = kind == Reduction::kMax ? 1 : kind == Reduction::kMin ? 2 : 0;
+  launchOnCurrentStream(x.device().index(), kNames[static_cast<int>(kind)], [=] {
+    useKernelThreads(n);
+    // ranges of columns (64 at least) on the threads, each over every row
+    const int64_t ranges = std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), cols / 64));
+    forEachThread(ranges, [&](int64_t first, int64_t last) {
+      for (int64_t t = first; t < last; ++t) {
+        const int64_t c0 = cols * t / ranges, c1 = cols * (t + 1) / ranges;
+        std::vector<float> result(c1 - c0), scratch(c1 - c0);
+        columnsLoop(bf16, code, xp, rows, cols, c0, c1, result.data(), scratch.data());
+        if (kind == Reduction::kMean)
+          for (float& v : result) v /= static_cast<float>(rows);
+        narrowLoop(bf16, result.data(), op + c0, c1 - c0);
+      }
+    });
+  });
+  return out;
+}
+
 at::Tensor fusedArgResult(bool max, const at::Tensor& x, int64_t trailing, bool keepdim, at::Tensor* values) {
   TORCH_INTERNAL_ASSERT(trailing == 1 || trailing == x.dim());
   c10::DeviceGuard guard(x.device());

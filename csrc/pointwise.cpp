@@ -550,6 +550,8 @@ at::Tensor amax(const at::Tensor& x, at::IntArrayRef dim, bool keepdim) {
   static const c10::OperatorHandle h = handle("aten::amax", "");
   if (const int64_t k = trailingDims(x, dim); k >= 0 && fusedReduction(x))
     return fusedReductionResult(Reduction::kMax, x, k, keepdim);
+  if (const int64_t k = leadingDims(x, dim); k >= 0 && fusedReduction(x))
+    return fusedLeadingReductionResult(Reduction::kMax, x, k, keepdim);
   return reduceAll<false, true>(h, "aten::amax", x, {x, dim, keepdim}, dim.empty() && !keepdim);
 }
 
@@ -557,6 +559,8 @@ at::Tensor amin(const at::Tensor& x, at::IntArrayRef dim, bool keepdim) {
   static const c10::OperatorHandle h = handle("aten::amin", "");
   if (const int64_t k = trailingDims(x, dim); k >= 0 && fusedReduction(x))
     return fusedReductionResult(Reduction::kMin, x, k, keepdim);
+  if (const int64_t k = leadingDims(x, dim); k >= 0 && fusedReduction(x))
+    return fusedLeadingReductionResult(Reduction::kMin, x, k, keepdim);
   return reduceAll<false, false>(h, "aten::amin", x, {x, dim, keepdim}, dim.empty() && !keepdim);
 }
 
@@ -572,6 +576,9 @@ at::Tensor reduceDims(const at::Tensor& x, at::OptionalIntArrayRef dim, bool kee
   if (const int64_t k = dim ? trailingDims(x, *dim) : x.dim();
       (!dtype || *dtype == x.scalar_type()) && k >= 0 && fusedReduction(x))
     return fusedReductionResult(kMean ? Reduction::kMean : Reduction::kSum, x, k, keepdim);
+  if (const int64_t k = dim ? leadingDims(x, *dim) : -1; (!dtype || *dtype == x.scalar_type()) && k >= 0 &&
+                                                        fusedReduction(x))
+    return fusedLeadingReductionResult(kMean ? Reduction::kMean : Reduction::kSum, x, k, keepdim);
   const int64_t ndim = x.dim();
   std::vector<bool> reduced(std::max<int64_t>(ndim, 1), false);
   // (an empty dim list: the boxed path, whose rule for it is CPU's)

@@ -106,8 +106,7 @@ def test_calls_the_loops_do_not_take_match_cpu(dtype, mode):
         "transposed": lambda: (x.t().to("mtia").sum(), x.t().sum()),
         "strided": lambda: (x.to("mtia")[:, ::2].amax(), x[:, ::2].amax()),
         "float32_sum": lambda: (x.to("mtia").sum(dtype=torch.float32), x.sum(dtype=torch.float32)),
-        "leading_dim": lambda: (x.to("mtia").mean(dim=0), x.mean(dim=0)),
-        "amax_leading_dim": lambda: (x.to("mtia").amax(dim=0), x.amax(dim=0)),
+        # (the leading dims: test_reductions_over_leading_dims_match_cpu)
         "not_the_last_dims": lambda: (x.view(30, 10, 200).to("mtia").sum(dim=(0, 2)), x.view(30, 10, 200).sum(dim=(0, 2))),
         "rows_transposed": lambda: (x.t().to("mtia").amax(dim=1), x.t().amax(dim=1)),
     }
@@ -483,3 +482,54 @@ def test_cumulative_calls_the_loops_do_not_take_match_cpu(dtype, mode):
     c = x.clone().requires_grad_()
     torch.cumprod(c, -1).sum().backward()
     same_bits(m.grad.cpu(), c.grad)
+
+
+COLUMN_OPS = {
+    "sum": lambda x: x.sum(dim=0),
+    "mean": lambda x: x.mean(dim=0),
+    "amax": lambda x: x.amax(dim=0),
+    "amin": lambda x: x.amin(dim=0),
+    "mean_keepdim": lambda x: x.mean(dim=(0,), keepdim=True),
+    "sum_first_two": lambda x: x.view(x.shape[0], 1, -1).sum(dim=(1, 0)),
+    "amax_first_two_keepdim": lambda x: x.view(1, x.shape[0], -1).amax(dim=(-3, -2), keepdim=True),
+}
+# (rows, cols), each over GRAIN elements: columns around the vectors, a
+# column of rows over 64 * 64 (the sums' two levels), columns split among
+# the threads, one column
+COLUMN_SHAPES = [(GRAIN + 1, 1), (2521, 13), (1929, 17), (33, 1025), (5000, 33), (64, 1024),
+                 (C._parallel_work() // 1000 + 3, 1000)]
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+@pytest.mark.parametrize("shape", COLUMN_SHAPES, ids=str)
+@pytest.mark.parametrize("op", sorted(COLUMN_OPS))
+def test_reductions_over_leading_dims_match_cpu(op, shape, dtype, mode):
+    torch.manual_seed(shape[1])
+    x = (torch.randn(*shape) * 4).to(dtype)
+    x[0, 0] = float("nan")  # a NaN column, an infinite one, one of both infinities
+    x[1, -1] = float("inf")
+    if shape[1] > 2:
+        x[2, 1], x[3, 1] = float("inf"), float("-inf")
+    for _ in range(2):  # first and later calls of the signature
+        got, want = run(mode, COLUMN_OPS[op], x)
+        assert torch.equal(got.isnan(), want.isnan()) and torch.equal(got.isinf(), want.isinf())
+        if op.startswith(("amax", "amin")):
+            torch.testing.assert_close(got, want, equal_nan=True, rtol=0, atol=0)
+        else:
+            torch.testing.assert_close(got, want, equal_nan=True)
+            assert_no_less_accurate(COLUMN_OPS[op], x, got, want)
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+def test_leading_dims_the_loops_do_not_take_match_cpu(dtype, mode):
+    x = (torch.rand(300, 200) + 0.5).to(dtype)  # (no cancellation: the sums agree whatever their order)
+    for f in (lambda t: t.sum(dim=(0, 1)),  # every dim: the all-elements path
+              lambda t: t.mean(dim=0, dtype=torch.float32),  # another dtype
+              lambda t: t.t().amax(dim=0),  # not contiguous
+              lambda t: t.view(2, 150, 200).sum(dim=(0, 2))):  # not the leading dims alone
+        got, want = run(mode, f, x, fused=f(x).dim() == 0 and mode == "fused")
+        torch.testing.assert_close(got, want, equal_nan=True)
+    with pytest.raises(IndexError, match="Dimension out of range"):
+        x.to("mtia").sum(dim=(0, 5))
+    with pytest.raises(RuntimeError, match="appears multiple times"):
+        x.to("mtia").amax(dim=(0, 0))

@@ -11,7 +11,9 @@
 // without conj/neg bits, 1 to GRAIN_SIZE elements (CPU runs these on one
 // thread too), no graph being captured (a capture prebuilds CPU kernels), and
 //  - unary ops (exp, sqrt, abs, neg, relu, ...: kUnaryOps): any such tensor;
-//    the result has its dtype and shape;
+//    the result has its dtype and shape; the float ops (exp, sin, ...:
+//    floatOp) of an integer or bool tensor too, the result of the default
+//    dtype;
 //  - add, sub, mul, div (.Tensor) and their in-place forms: the other operand
 //    is a tensor of the same dtype and sizes, or a Python number (a CPU
 //    wrapped number, not complex: the result keeps the tensor's dtype, as type
@@ -185,6 +187,18 @@ constexpr Dtypes unaryDtypes() {
   return n == "abs" || n == "neg" || n == "relu" ? Dtypes::kIntegral : Dtypes::kFloating;
 }
 
+// The unary float ops (all but abs, neg, relu, the roundings, frac, sign
+// and silu): an integer or bool tensor's result is of the default dtype
+// (CPU's type promotion), and their out= kernel takes such a tensor with a
+// floating out.
+template <size_t I>
+constexpr bool floatOp() {
+  constexpr std::string_view n = kUnaryOps[I];
+  for (std::string_view other : {"abs", "neg", "relu", "floor", "ceil", "round", "trunc", "frac", "sign", "silu"})
+    if (n == other) return false;
+  return true;
+}
+
 // sigmoid, silu, relu and log of bf16/fp16 tensors on the float32 path: the
 // fused kernel of low_precision_activations.h (above GRAIN_SIZE elements).
 template <size_t I>
@@ -202,9 +216,12 @@ at::Tensor unary(const at::Tensor& x) {
   const Unary& op = unaryOp(I);
   constexpr auto fused = fusedKind<I>();
   if (fused && fusedActivation(*fused, x)) return fusedActivationResult(*fused, x);
-  if (!small(x, unaryDtypes<I>())) return boxedFallbackCall(op.functional, {x});
+  // (an integer or bool tensor of a float op: a result of the default dtype)
+  const bool promoted = floatOp<I>() && !floatingDtype(x.scalar_type()) && small(x, Dtypes::kAny);
+  if (!promoted && !small(x, unaryDtypes<I>())) return boxedFallbackCall(op.functional, {x});
   c10::DeviceGuard guard(x.device());
-  at::Tensor out = emptyDeviceLike(x);
+  at::Tensor out = promoted ? emptyDevice(x.sizes(), c10::typeMetaToScalarType(c10::get_default_dtype()))
+                            : emptyDeviceLike(x);
   constexpr bool relu = std::string_view(kUnaryOps[I]) == "relu";
   launchOnCurrentStream(x.device().index(), op.name.c_str(), [&op, in = Operand(x), res = Operand(out)] {
     at::Tensor hx = in.host(), ho = res.host();

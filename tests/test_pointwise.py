@@ -366,7 +366,6 @@ def test_integer_and_bool_calls_with_other_dtype_rules_keep_the_boxed_path_and_c
     cases = [lambda p, q, c: p / q,  # true division: float
              lambda p, q, c: p + 2.5,  # a float number: float
              lambda p, q, c: p * 1.5,
-             lambda p, q, c: p.exp(),  # float
              lambda p, q, c: p.sum(),  # int32 sums to int64
              lambda p, q, c: p.to(torch.int64) + q,  # mixed dtypes promote
              lambda p, q, c: c + c, lambda p, q, c: c * c,  # bool arithmetic: the boxed path's rules
@@ -490,4 +489,29 @@ def test_other_sum_and_mean_calls_keep_the_boxed_path_with_cpus_results_and_erro
             bad(x)
         with pytest.raises(error) as mtia_error:  # at the call, with CPU's message
             bad(x.to("mtia"))
+        assert str(cpu_error.value).split("\n")[0] in str(mtia_error.value)
+
+
+FLOAT_OPS = [n for n in UNARY if n not in ("abs", "neg", "relu", "floor", "ceil", "round", "trunc", "frac", "sign",
+                                           "silu")]
+
+
+@pytest.mark.parametrize("name", FLOAT_OPS)
+def test_float_ops_of_integer_and_bool_tensors_take_the_unboxed_path_with_cpus_bits(name):
+    # a result of the default dtype, as CPU's type promotion makes it
+    fn = fn_of(name)
+    for dtype in INTEGRAL + [torch.bool]:
+        x = integers(37, dtype, 2) if dtype != torch.bool else torch.tensor([True, False, True] * 12 + [False])
+        unboxed_equals_cpu(fn, x)
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        unboxed_equals_cpu(fn, integers(9, torch.int32, 3))
+    finally:
+        torch.set_default_dtype(before)
+    for bad in (lambda t: getattr(t, name + "_")(),):  # in place: a float result cannot go back to int
+        with pytest.raises(RuntimeError) as cpu_error:
+            bad(integers(5, torch.int64, 4))
+        with pytest.raises(RuntimeError) as mtia_error:
+            bad(integers(5, torch.int64, 4).to("mtia"))
         assert str(cpu_error.value).split("\n")[0] in str(mtia_error.value)

@@ -17,7 +17,9 @@
 //  - add, sub, mul, div (.Tensor) and their in-place forms: the other operand
 //    is a tensor of the same dtype and sizes, or a Python number (a CPU
 //    wrapped number, not complex: the result keeps the tensor's dtype, as type
-//    promotion gives it); in-place, the operands do not partly overlap;
+//    promotion gives it); in-place, the operands do not partly overlap; an
+//    integer tensor's true division (by such a tensor or a number) and its
+//    add, sub, mul with a Python float make a result of the default dtype;
 //  - maximum, minimum, atan2, ... of two such tensors (kBinaryOps), the six
 //    comparisons (a bool result; the other operand such a tensor or a
 //    number), pow, clamp, clamp_min/max, fmod, remainder with numbers
@@ -743,6 +745,18 @@ struct Binary {
     return number(b) ? small(a) : alike(a, b);
   }
 
+  // Integer tensors whose result is of the default dtype (CPU's type
+  // promotion; its out= kernel computes it): true division by an integer
+  // tensor alike or a Python int or float, and add, sub, mul with a Python
+  // float (alpha an integer).
+  static bool promotedToFloat(const at::Tensor& a, const at::Tensor& b, const c10::Scalar& alpha) {
+    if (!a.defined() || !integralDtype(a.scalar_type()) || rejected(b, alpha) || !alpha.isIntegral(false)) return false;
+    const bool int_number = number(b) && b.scalar_type() == at::kLong;
+    const bool float_number = number(b) && b.scalar_type() == at::kDouble;
+    if (op == Op::kDiv) return (int_number || float_number) ? small(a, Dtypes::kIntegral) : alike(a, b, Dtypes::kIntegral);
+    return float_number && small(a, Dtypes::kIntegral);
+  }
+
   // bf16/fp16 tensors above GRAIN_SIZE with a tensor alike or a number: the
   // vector loops (low_precision_arithmetic.h); false if not taken
   static constexpr Arithmetic kArithmetic = op == Op::kAdd   ? Arithmetic::kAdd
@@ -768,12 +782,14 @@ struct Binary {
         });
     }
     if (fused(a, b, alpha)) return launchedLike(a, [&](const at::Tensor& out) { launchFused(a, b, alpha, out); });
-    if (!plain(a, b, alpha)) {
+    const bool promoted = promotedToFloat(a, b, alpha);
+    if (!promoted && !plain(a, b, alpha)) {
       if constexpr (kAlpha) return boxedFallbackCall(functional(), {a, b, alpha});
       else return boxedFallbackCall(functional(), {a, b});
     }
     c10::DeviceGuard guard(a.device());
-    at::Tensor out = emptyDeviceLike(a);
+    at::Tensor out = promoted ? emptyDevice(a.sizes(), c10::typeMetaToScalarType(c10::get_default_dtype()))
+                              : emptyDeviceLike(a);
     if (isOne(alpha) && ownLoop(a, b)) {
       launchLoop<op>(a, b, out, name());
     } else {

@@ -515,3 +515,40 @@ def test_float_ops_of_integer_and_bool_tensors_take_the_unboxed_path_with_cpus_b
         with pytest.raises(RuntimeError) as mtia_error:
             bad(integers(5, torch.int64, 4).to("mtia"))
         assert str(cpu_error.value).split("\n")[0] in str(mtia_error.value)
+
+
+@pytest.mark.parametrize("dtype", INTEGRAL, ids=str)
+def test_integer_calls_promoted_to_float_take_the_unboxed_path_with_cpus_bits(dtype):
+    # true division, and a Python float: a result of the default dtype
+    x, y = integers(50, dtype, 5), integers(50, dtype, 6)
+    y[y == 0] = 3
+    y[::7] = 0  # x / 0: inf, -inf and nan, as CPU's
+    for fn in (lambda a, b: a / b, lambda a, b: torch.div(a, b), lambda a, b: torch.true_divide(a, b)):
+        unboxed_equals_cpu(fn, x, y)
+    for fn in (lambda t: t / 3, lambda t: t / 0, lambda t: t / 2.5, lambda t: t * 1.5, lambda t: t + 0.25,
+               lambda t: t - 1e10, lambda t: torch.add(t, 2.5, alpha=2)):
+        unboxed_equals_cpu(fn, x)
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        unboxed_equals_cpu(lambda a, b: a / b, x, y)
+        unboxed_equals_cpu(lambda t: t * 0.1, x)
+    finally:
+        torch.set_default_dtype(before)
+
+
+def test_promoted_integer_calls_with_other_rules_keep_cpus_results_and_errors():
+    x, y = integers(40, torch.int32, 7), integers(40, torch.int64, 8).abs() + 1
+    for case in (lambda p, q: p / q,  # mixed dtypes: the boxed path
+                 lambda p, q: torch.div(p, q, rounding_mode="floor"),  # integer result
+                 lambda p, q: p / True,  # a bool number
+                 lambda p, q: torch.add(p, 2.5, alpha=0.5)):  # a float alpha
+        expected = case(x, y)
+        got = case(x.to("mtia"), y.to("mtia")).cpu()
+        assert got.dtype == expected.dtype and torch.equal(got, expected)
+    for bad in (lambda p: p.div_(2), lambda p: p.mul_(1.5)):
+        with pytest.raises(RuntimeError) as cpu_error:
+            bad(x.clone())
+        with pytest.raises(RuntimeError) as mtia_error:  # at the call, with CPU's message
+            bad(x.to("mtia"))
+        assert str(cpu_error.value).split("\n")[0] in str(mtia_error.value)

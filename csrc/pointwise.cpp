@@ -600,9 +600,10 @@ at::Tensor reduceDims(const at::Tensor& x, at::OptionalIntArrayRef dim, bool kee
     return fusedLeadingReductionResult(kMean ? Reduction::kMean : Reduction::kSum, x, k, keepdim);
   const int64_t ndim = x.dim();
   std::vector<bool> reduced(std::max<int64_t>(ndim, 1), false);
-  // (an empty dim list: the boxed path, whose rule for it is CPU's)
-  bool plain = small(x) && (!dtype || *dtype == x.scalar_type()) && ndim > 0 && !(dim && dim->empty());
-  if (plain && dim) {
+  // (an empty dim list: every dim, as CPU's rule for sum and mean has it;
+  // Tensor.mean() is mean.dim over [])
+  bool plain = small(x) && (!dtype || *dtype == x.scalar_type()) && ndim > 0;
+  if (plain && dim && !dim->empty()) {
     for (int64_t d : *dim) {
       if (d < -ndim || d >= ndim || reduced[d < 0 ? d + ndim : d]) {
         plain = false;
@@ -621,7 +622,7 @@ at::Tensor reduceDims(const at::Tensor& x, at::OptionalIntArrayRef dim, bool kee
   }
   c10::DeviceGuard guard(x.device());
   at::Tensor out = emptyDevice(out_sizes, x.scalar_type());
-  std::vector<int64_t> dims;
+  std::vector<int64_t> dims;  // (empty: every dim)
   if (dim) dims.assign(dim->begin(), dim->end());
   launchOnCurrentStream(x.device().index(), name,
                         [in = Operand(x), sizes = x.sizes().vec(), res = Operand(out), out_sizes, dims, keepdim] {

@@ -467,18 +467,18 @@ def test_sum_and_mean_over_dimensions_take_the_unboxed_path_with_cpus_bits(dtype
     z = special_values(4 * 6 * 5, torch.float32).to(dtype).view(4, 6, 5)
     finite = torch.where(z.isfinite(), z, torch.zeros((), dtype=dtype)).clamp(-1000, 1000)
     for t in (z, finite):
-        for dim in (0, 1, -1, (0, 2), [2, 0], (0, 1, 2), None):
+        for dim in (0, 1, -1, (0, 2), [2, 0], (0, 1, 2), None, []):  # ([]: every dim, as CPU's rule)
             for keepdim in (False, True):
                 unboxed_equals_cpu(lambda x: torch.sum(x, dim, keepdim=keepdim), t)
                 unboxed_equals_cpu(lambda x: torch.mean(x, dim, keepdim=keepdim), t)
                 unboxed_equals_cpu(lambda x: x.sum(dim, keepdim, dtype=dtype), t)
+        unboxed_equals_cpu(lambda x: x.mean(), t)  # (mean.dim over [])
 
 
 def test_other_sum_and_mean_calls_keep_the_boxed_path_with_cpus_results_and_errors():
     x = torch.randn(4, 6, 5)
     for case in (lambda t: t.sum(1, dtype=torch.float64), lambda t: t.transpose(0, 2).sum(0),
-                 lambda t: t.long().sum(1), lambda t: t.sum([]), lambda t: t[0, 0, 0].sum(0),
-                 lambda t: t.mean([])):
+                 lambda t: t.long().sum(1), lambda t: t[0, 0, 0].sum(0)):
         expected = case(x)
         got = case(x.to("mtia")).cpu()
         assert got.dtype == expected.dtype and got.shape == expected.shape

@@ -23,7 +23,9 @@
 //  - maximum, minimum, atan2, ... of two such tensors (kBinaryOps), the six
 //    comparisons (a bool result; the other operand such a tensor or a
 //    number), pow, clamp, clamp_min/max, fmod, remainder with numbers
-//    (kScalarOps, clamp), sum/amax/amin of all elements (a 0-dim result),
+//    (kScalarOps, clamp; of integer tensors with Python ints too, where the
+//    values raise nothing: integerWithInteger), sum/amax/amin of all
+//    elements (a 0-dim result),
 //    and an optimizer's in-place addcmul_, addcdiv_ and lerp_ (the other
 //    tensors alike, none partly overlapping self);
 //  - bitwise_and/or/xor and bitwise_not of integer and bool tensors,
@@ -367,6 +369,20 @@ constexpr BinarySpec kScalarOps[] = {
 };
 constexpr size_t kNumScalar = sizeof(kScalarOps) / sizeof(kScalarOps[0]);
 
+// An integer tensor and a Python int whose result keeps the tensor's dtype
+// and whose errors are not of the values: clamp_min/max; fmod and remainder
+// by a nonzero number; pow by a non-negative one (CPU raises for 0 and
+// negatives, at the call: the boxed path).
+template <size_t I>
+bool integerWithInteger(const at::Tensor& a, const c10::Scalar& b) {
+  constexpr std::string_view n = kScalarOps[I].name;
+  if (!b.isIntegral(false) || !a.defined() || !integralDtype(a.scalar_type()) || !small(a, Dtypes::kIntegral))
+    return false;
+  if (n == "fmod" || n == "remainder") return b.toLong() != 0;
+  if (n == "pow") return b.toLong() >= 0;
+  return true;
+}
+
 template <size_t I>
 at::Tensor withScalar(const at::Tensor& a, const c10::Scalar& b) {
   constexpr const BinarySpec& spec = kScalarOps[I];
@@ -382,7 +398,7 @@ at::Tensor withScalar(const at::Tensor& a, const c10::Scalar& b) {
     const std::optional<c10::Scalar> hi = kMin ? std::nullopt : std::optional<c10::Scalar>(b);
     if (fusedClamp(a, lo, hi)) return launchedLike(a, [&](const at::Tensor& out) { launchClamp(a, lo, hi, out); });
   }
-  if (!small(a) || b.isComplex()) return boxedFallbackCall(h, {a, b});
+  if (!(small(a) || integerWithInteger<I>(a, b)) || b.isComplex()) return boxedFallbackCall(h, {a, b});
   c10::DeviceGuard guard(a.device());
   at::Tensor out = emptyDeviceLike(a);
   launchOnCurrentStream(a.device().index(), name.c_str(), [x = Operand(a), b, res = Operand(out)] {
@@ -397,8 +413,12 @@ at::Tensor withScalar(const at::Tensor& a, const c10::Scalar& b) {
 at::Tensor clamp(const at::Tensor& a, const std::optional<c10::Scalar>& lo, const std::optional<c10::Scalar>& hi) {
   static const c10::OperatorHandle h = handle("aten::clamp", "");
   if (fusedClamp(a, lo, hi)) return launchedLike(a, [&](const at::Tensor& out) { launchClamp(a, lo, hi, out); });
-  // (neither bound: CPU's argument error, at the call, from the fallback)
-  if (!small(a) || (!lo && !hi) || (lo && lo->isComplex()) || (hi && hi->isComplex()))
+  // (neither bound: CPU's argument error, at the call, from the fallback;
+  // an integer tensor: integer bounds, the result keeps its dtype)
+  auto integer = [](const std::optional<c10::Scalar>& s) { return !s || s->isIntegral(false); };
+  const bool plain = small(a) || (a.defined() && integralDtype(a.scalar_type()) && small(a, Dtypes::kIntegral) &&
+                                  integer(lo) && integer(hi));
+  if (!plain || (!lo && !hi) || (lo && lo->isComplex()) || (hi && hi->isComplex()))
     return boxedFallbackCall(h, {a, lo, hi});
   c10::DeviceGuard guard(a.device());
   at::Tensor out = emptyDeviceLike(a);

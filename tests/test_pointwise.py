@@ -552,3 +552,30 @@ def test_promoted_integer_calls_with_other_rules_keep_cpus_results_and_errors():
         with pytest.raises(RuntimeError) as mtia_error:  # at the call, with CPU's message
             bad(x.to("mtia"))
         assert str(cpu_error.value).split("\n")[0] in str(mtia_error.value)
+
+
+@pytest.mark.parametrize("dtype", INTEGRAL, ids=str)
+def test_integer_tensors_with_integer_numbers_take_the_unboxed_path_with_cpus_bits(dtype):
+    x = integers(50, dtype, 9)
+    for fn in (lambda t: t.clamp(-3, 40), lambda t: t.clamp(min=2), lambda t: t.clamp(max=-1),
+               lambda t: torch.clamp_min(t, 5), lambda t: torch.clamp_max(t, 5), lambda t: torch.fmod(t, 7),
+               lambda t: torch.remainder(t, -7), lambda t: t % 3, lambda t: t ** 3, lambda t: t ** 0,
+               lambda t: torch.pow(t, 2)):
+        unboxed_equals_cpu(fn, x)
+
+
+def test_integer_tensors_with_numbers_whose_values_raise_keep_cpus_errors_and_results():
+    x = integers(30, torch.int32, 10)
+    for bad, error in ((lambda t: t % 0, RuntimeError), (lambda t: torch.fmod(t, 0), RuntimeError),
+                       (lambda t: t ** -1, RuntimeError)):
+        with pytest.raises(error) as cpu_error:
+            bad(x)
+        with pytest.raises(error) as mtia_error:  # at the call, with CPU's message
+            bad(x.to("mtia"))
+        assert str(cpu_error.value).split("\n")[0] in str(mtia_error.value)
+    for case in (lambda t: t.clamp(0.5, 3.5), lambda t: t.clamp(min=1.5), lambda t: t ** 0.5,
+                 lambda t: torch.fmod(t, 2.5)):  # float numbers: promoted results, the boxed path
+        expected = case(x)
+        got = case(x.to("mtia")).cpu()
+        assert got.dtype == expected.dtype and torch.equal(got.isnan(), expected.isnan())
+        torch.testing.assert_close(got, expected, equal_nan=True, rtol=0, atol=0)

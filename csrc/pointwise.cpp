@@ -757,8 +757,12 @@ struct Binary {
   }
 
   // Integer tensors: add, sub, mul; the number a Python int, alpha an integer.
+  // Bool tensors: add and mul of two alike, alpha 1 (a bool result: or, and).
   static bool plain(const at::Tensor& a, const at::Tensor& b, const c10::Scalar& alpha) {
     if (rejected(b, alpha)) return false;
+    if (a.defined() && a.scalar_type() == at::kBool)
+      return (op == Op::kAdd || op == Op::kMul) && !number(b) && alpha.isIntegral(false) && isOne(alpha) &&
+             alike(a, b, Dtypes::kAny);
     if (a.defined() && integralDtype(a.scalar_type())) {
       if (op == Op::kDiv || !alpha.isIntegral(false)) return false;
       return number(b) ? b.scalar_type() == at::kLong && small(a, Dtypes::kIntegral) : alike(a, b, Dtypes::kIntegral);

@@ -352,9 +352,12 @@ def test_integer_tensors_take_the_unboxed_path_where_their_dtype_rule_is_plain(d
         unboxed_equals_cpu(torch.sum, torch.full((100,), 2 ** 62, dtype=torch.int64))  # wraps as on CPU
 
 
-def test_bool_tensors_take_the_unboxed_path_for_comparisons():
+def test_bool_tensors_take_the_unboxed_path_for_comparisons_and_add_mul():
     a = torch.tensor([True, False, True, False] * 8)
     b = torch.tensor([True, True, False, False] * 8)
+    for fn in (lambda x, y: x + y, lambda x, y: x * y, lambda x, y: torch.add(x, y, alpha=1),
+               lambda x, y: x.clone().mul_(y) if x.device.type == "cpu" else x.mul_(y)):
+        unboxed_equals_cpu(fn, a, b)
     for name in COMPARE:
         unboxed_equals_cpu(getattr(torch, name), a, b)
         unboxed_equals_cpu(lambda t: getattr(torch, name)(t, 0.5), a)
@@ -368,7 +371,6 @@ def test_integer_and_bool_calls_with_other_dtype_rules_keep_the_boxed_path_and_c
              lambda p, q, c: p * 1.5,
              lambda p, q, c: p.sum(),  # int32 sums to int64
              lambda p, q, c: p.to(torch.int64) + q,  # mixed dtypes promote
-             lambda p, q, c: c + c, lambda p, q, c: c * c,  # bool arithmetic: the boxed path's rules
              lambda p, q, c: torch.maximum(c, c), lambda p, q, c: c.sum()]
     for case in cases:
         expected = case(x, y, b)

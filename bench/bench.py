@@ -334,19 +334,10 @@ def alternating(fns, repeats, inner, warmup=2):
     return times
 
 
-def low_precision_table(repeats, quick):
-    import openmtia
-    paths = {str(d).replace("torch.", ""): openmtia._C._low_precision_path(d) for d in (torch.bfloat16, torch.float16)}
-    act = {str(d).replace("torch.", ""): [openmtia._C._activation_path(d, g) for g in (True, False)]
-           for d in (torch.bfloat16, torch.float16)}
-    print(f"\nbf16/fp16 on mtia against float32 on mtia (target: <= {LOW_PRECISION_TARGET}); "
-          f"matrix-op paths here: {paths}, activation paths [gelu, others]: {act} "
-          f"(fused kernel: {openmtia._C._activation_isa()}) "
-          f"(OPENMTIA_LOW_PRECISION={openmtia._C._low_precision_mode()}); "
-          "last column: mtia over CPU PyTorch in the same dtype\n")
-    print(f"| {'case':36} | {'dtype':8} | {'mtia f32':>10} | {'mtia low':>10} | {'ratio':>6} | met | {'cpu low':>10} | vs cpu |")
-    print(f"|{'-' * 38}|{'-' * 10}|{'-' * 12}|{'-' * 12}|{'-' * 8}|-----|{'-' * 12}|--------|")
-    rows = []
+def low_precision_times(repeats, quick):
+    """Per case and dtype of LOW_PRECISION_CASES: the median times (mtia
+    float32, mtia low precision, CPU low precision), in this process."""
+    out = []
     for name, factory, dtypes, inner in LOW_PRECISION_CASES:
         inner = max(1, inner // 2) if quick else inner
         for dtype in dtypes:
@@ -358,12 +349,44 @@ def low_precision_table(repeats, quick):
             t = {k: statistics.median(v) for k, v in alternating(fns, repeats, inner).items()}
             cpu = {"cpu": (factory("cpu", dtype), on("cpu"))}
             t["cpu"] = statistics.median(alternating(cpu, repeats, inner)["cpu"])
-            ratio = t["low"] / t["f32"]
+            out.append((t["f32"], t["low"], t["cpu"]))
+    return out
+
+
+def low_precision_table(repeats, quick, processes):
+    """Each process's times (low_precision_times, in `processes` processes of
+    their own, one after the other), the median over them: a process runs
+    its cases at one of two speeds (the mm row read 1.18-1.21 in two
+    single-process runs on the AVX2 host, 1.05-1.08 in others)."""
+    import openmtia
+    paths = {str(d).replace("torch.", ""): openmtia._C._low_precision_path(d) for d in (torch.bfloat16, torch.float16)}
+    act = {str(d).replace("torch.", ""): [openmtia._C._activation_path(d, g) for g in (True, False)]
+           for d in (torch.bfloat16, torch.float16)}
+    print(f"\nbf16/fp16 on mtia against float32 on mtia (target: <= {LOW_PRECISION_TARGET}); "
+          f"matrix-op paths here: {paths}, activation paths [gelu, others]: {act} "
+          f"(fused kernel: {openmtia._C._activation_isa()}) "
+          f"(OPENMTIA_LOW_PRECISION={openmtia._C._low_precision_mode()}); "
+          f"median of {processes} processes; last column: mtia over CPU PyTorch in the same dtype\n")
+    print(f"| {'case':36} | {'dtype':8} | {'mtia f32':>10} | {'mtia low':>10} | {'ratio':>6} | met | {'cpu low':>10} | vs cpu |")
+    print(f"|{'-' * 38}|{'-' * 10}|{'-' * 12}|{'-' * 12}|{'-' * 8}|-----|{'-' * 12}|--------|")
+    if processes <= 1:
+        runs = [low_precision_times(repeats, quick)]
+    else:
+        cmd = [sys.executable, os.path.abspath(__file__), "--low-precision-times", str(repeats)] + (["--quick"] if quick else [])
+        runs = [json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1])
+                for _ in range(processes)]
+    rows = []
+    index = 0
+    for name, factory, dtypes, inner in LOW_PRECISION_CASES:
+        for dtype in dtypes:
+            f32, low, cpu = (statistics.median(run[index][k] for run in runs) for k in range(3))
+            index += 1
+            ratio = low / f32
             ok = ratio <= LOW_PRECISION_TARGET
             short = str(dtype).replace("torch.", "")
-            print(f"| {name:36} | {short:8} | {t['f32'] * 1e3:8.2f}ms | {t['low'] * 1e3:8.2f}ms | {ratio:6.2f} | "
-                  f"{'yes' if ok else 'NO':3} | {t['cpu'] * 1e3:8.2f}ms | {t['low'] / t['cpu']:6.2f} |")
-            rows.append((f"{name} ({short} / float32)", t["f32"], t["low"], ok))
+            print(f"| {name:36} | {short:8} | {f32 * 1e3:8.2f}ms | {low * 1e3:8.2f}ms | {ratio:6.2f} | "
+                  f"{'yes' if ok else 'NO':3} | {cpu * 1e3:8.2f}ms | {low / cpu:6.2f} |")
+            rows.append((f"{name} ({short} / float32)", f32, low, ok))
     return rows
 
 
@@ -435,16 +458,20 @@ def main():
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--quick", action="store_true", help="fewer repeats, one process per device (smoke run)")
     p.add_argument("--processes", type=int, default=3,
-                   help="mtia-vs-CPU table: processes per device (the median over them)")
+                   help="processes per device (mtia-vs-CPU table) and per run of the low-precision table "
+                        "(the median over them)")
     p.add_argument("--no-memory", action="store_true", help="skip the host memory table")
     p.add_argument("--tables", default="cpu,low-precision,memory",
                    help="which tables: cpu (mtia vs CPU), low-precision (bf16/fp16 vs float32 on mtia), memory")
     p.add_argument("--png", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "bench.png"),
                    help="where the bar chart goes ('' for none)")
     p.add_argument("--serve", metavar="DEVICE", help=argparse.SUPPRESS)  # a DeviceProcess child
+    p.add_argument("--low-precision-times", type=int, metavar="REPEATS", help=argparse.SUPPRESS)  # a child
     args = p.parse_args()
     if args.serve:
         return serve(args.serve)
+    if args.low_precision_times:
+        return print(json.dumps(low_precision_times(args.low_precision_times, args.quick)), flush=True)
     repeats = 2 if args.quick else args.repeats
     tables = set(args.tables.split(","))
     if args.no_memory:
@@ -454,7 +481,7 @@ def main():
     if "cpu" in tables:
         rows += cpu_table(repeats, args.quick, 1 if args.quick else args.processes)
     if "low-precision" in tables:
-        rows += low_precision_table(repeats, args.quick)
+        rows += low_precision_table(repeats, args.quick, 1 if args.quick else args.processes)
     mem_rows = memory_table() if "memory" in tables else []
     if args.png and rows:
         write_chart(rows, mem_rows, args.png, repeats)

@@ -156,14 +156,20 @@ def test_row_reductions_match_cpu(op, shape, dtype, mode):
     x[1, 0] = float("nan")  # a NaN row, an infinite one, one of both infinities
     x[2, -1] = float("inf")
     x[3, 0], x[3, -1] = float("inf"), float("-inf")
-    for _ in range(2):  # first and later calls of the signature
-        got, want = run(mode, ROW_OPS[op], x)
+    reduction_matches_cpu(mode, op, ROW_OPS[op], x)
+
+
+def reduction_matches_cpu(mode, op, f, x):
+    """f over x on mtia, the first and a later call of the signature:
+    extrema CPU's exactly, sums within CPU's tolerance and as accurate."""
+    for _ in range(2):
+        got, want = run(mode, f, x)
         assert torch.equal(got.isnan(), want.isnan()) and torch.equal(got.isinf(), want.isinf())
         if op.startswith(("amax", "amin")):
             torch.testing.assert_close(got, want, equal_nan=True, rtol=0, atol=0)
         else:
             torch.testing.assert_close(got, want, equal_nan=True)
-            assert_no_less_accurate(ROW_OPS[op], x, got, want)
+            assert_no_less_accurate(f, x, got, want)
 
 
 NORMS = {
@@ -510,14 +516,7 @@ def test_reductions_over_leading_dims_match_cpu(op, shape, dtype, mode):
     x[1, -1] = float("inf")
     if shape[1] > 2:
         x[2, 1], x[3, 1] = float("inf"), float("-inf")
-    for _ in range(2):  # first and later calls of the signature
-        got, want = run(mode, COLUMN_OPS[op], x)
-        assert torch.equal(got.isnan(), want.isnan()) and torch.equal(got.isinf(), want.isinf())
-        if op.startswith(("amax", "amin")):
-            torch.testing.assert_close(got, want, equal_nan=True, rtol=0, atol=0)
-        else:
-            torch.testing.assert_close(got, want, equal_nan=True)
-            assert_no_less_accurate(COLUMN_OPS[op], x, got, want)
+    reduction_matches_cpu(mode, op, COLUMN_OPS[op], x)
 
 
 @pytest.mark.parametrize("dtype", LOW, ids=str)

@@ -25,7 +25,7 @@
 //    number), pow, clamp, clamp_min/max, fmod, remainder with numbers
 //    (kScalarOps, clamp; of integer tensors with Python ints too, where the
 //    values raise nothing: integerWithInteger), sum/amax/amin of all
-//    elements (a 0-dim result),
+//    elements (a 0-dim result), any() and all() of any such tensor,
 //    and an optimizer's in-place addcmul_, addcdiv_ and lerp_ (the other
 //    tensors alike, none partly overlapping self);
 //  - bitwise_and/or/xor and bitwise_not of integer and bool tensors,
@@ -578,6 +578,23 @@ at::Tensor reduceAll(const c10::OperatorHandle& h, const char* name, const at::T
   return out;
 }
 
+// any() and all() of every element: a 0-dim bool (uint8 for a uint8
+// tensor, as CPU's), CPU's all_out kernel in the task.
+template <bool kAny>
+at::Tensor anyAll(const at::Tensor& x) {
+  static constexpr const char* name = kAny ? "aten::any" : "aten::all";
+  static const c10::OperatorHandle h = handle(name, "");
+  if (!small(x, Dtypes::kAny)) return boxedFallbackCall(h, {x});
+  c10::DeviceGuard guard(x.device());
+  at::Tensor out = emptyDevice({}, x.scalar_type() == at::kByte ? at::kByte : at::kBool);
+  launchOnCurrentStream(x.device().index(), name, [in = Operand(x), res = Operand(out)] {
+    static const auto op = handle(name, "all_out").typed<at::Tensor&(const at::Tensor&, at::Tensor&)>();
+    at::Tensor o = at::from_blob(res.ptr, {}, at::TensorOptions().dtype(res.dtype));
+    op.redispatch(kCPUKeys, in.host(), o);
+  });
+  return out;
+}
+
 at::Tensor sum(const at::Tensor& x, std::optional<at::ScalarType> dtype) {
   static const c10::OperatorHandle h = handle("aten::sum", "");
   const bool same = !dtype || *dtype == x.scalar_type();
@@ -879,7 +896,7 @@ const std::unordered_set<std::string>& unboxedOps() {
     }
     for (const auto& b : kBinaryOps) s.insert(qualified(b.name, b.overload));
     for (const auto& b : kScalarOps) s.insert(qualified(b.name, b.overload));
-    for (const char* n : {"sum", "amax", "amin", "clamp", "addcmul_", "addcdiv_", "lerp_.Scalar", "lerp.Scalar",
+    for (const char* n : {"sum", "any", "all", "amax", "amin", "clamp", "addcmul_", "addcdiv_", "lerp_.Scalar", "lerp.Scalar",
                           "bitwise_not", "logical_not", "where.self", "masked_fill_.Scalar", "sum.dim_IntList",
                           "mean.dim"})
       s.insert(n);
@@ -910,6 +927,8 @@ TORCH_LIBRARY_IMPL(aten, MTIA, m) {
   registerCompare(m, std::make_index_sequence<kNumCompare>());
   registerScalar(m, std::make_index_sequence<kNumScalar>());
   m.impl("sum", &sum);
+  m.impl("any", &anyAll<true>);
+  m.impl("all", &anyAll<false>);
   m.impl("amax", &amax);
   m.impl("amin", &amin);
   m.impl("clamp", &clamp);

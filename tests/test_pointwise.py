@@ -581,3 +581,17 @@ def test_integer_tensors_with_numbers_whose_values_raise_keep_cpus_errors_and_re
         got = case(x.to("mtia")).cpu()
         assert got.dtype == expected.dtype and torch.equal(got.isnan(), expected.isnan())
         torch.testing.assert_close(got, expected, equal_nan=True, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", FLOATING + INTEGRAL + [torch.bool], ids=str)
+def test_any_and_all_take_the_unboxed_path_with_cpus_results(dtype):
+    # a 0-dim bool (uint8 for uint8, as CPU's); NaN counts as true
+    for values in ([0, 0, 0], [0, 1, 0], [1, 1, 1], [0] * 99 + [1]):
+        x = torch.tensor(values).to(dtype)
+        unboxed_equals_cpu(torch.any, x)
+        unboxed_equals_cpu(torch.all, x)
+    if dtype.is_floating_point:
+        unboxed_equals_cpu(torch.any, torch.tensor([0.0, float("nan")], dtype=dtype))
+        unboxed_equals_cpu(torch.all, torch.tensor([-0.0, 1.0], dtype=dtype))
+    x = torch.ones(40000, dtype=dtype)  # over GRAIN_SIZE: the boxed path, CPU's result
+    assert torch.equal(torch.all(x.to("mtia")).cpu(), torch.all(x))

@@ -25,6 +25,11 @@ struct Operand {
   // on the worker: a CPU tensor over the elements (1-D: for elementwise ops,
   // fills and reductions of all elements)
   at::Tensor host() const { return ptr ? at::from_blob(ptr, {n}, at::TensorOptions().dtype(dtype)) : number; }
+  // the elements in `sizes` (the tensor's own, taken at the call: for ops
+  // that broadcast)
+  at::Tensor host(at::IntArrayRef sizes) const {
+    return ptr ? at::from_blob(ptr, sizes, at::TensorOptions().dtype(dtype)) : number;
+  }
 };
 
 }  // namespace openmtia

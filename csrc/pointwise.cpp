@@ -29,8 +29,9 @@
 //    and an optimizer's in-place addcmul_, addcdiv_ and lerp_ (the other
 //    tensors alike, none partly overlapping self);
 //  - bitwise_and/or/xor and bitwise_not of integer and bool tensors,
-//    logical_not, where(bool condition, two alike tensors) and masked_fill_
-//    with a number (a bool mask), all of one shape;
+//    logical_not (all of one shape), where(bool condition, two tensors of
+//    one dtype: the three broadcast) and masked_fill_ with a number (a bool
+//    mask that broadcasts to self);
 //  - sum and mean over dimensions (the result contiguous, reduced sizes).
 // The task runs CPU's own kernel (its out= or in-place overload) over CPU
 // tensors on the operands' memory, so results are CPU's bit for bit; for two float32 or
@@ -518,20 +519,50 @@ at::Tensor negation(const at::Tensor& a) {
 
 // where(condition, self, other): a bool condition and two alike tensors of
 // its sizes (any dtype of the plain case); the result is like self.
+// The sizes all of `ts` broadcast to, or nothing where they do not (CPU's
+// error then comes from the boxed path, at the call).
+std::optional<std::vector<int64_t>> broadcastSizes(std::initializer_list<const at::Tensor*> ts) {
+  std::vector<int64_t> out;
+  for (const at::Tensor* t : ts) {
+    const auto s = t->sizes();
+    if (s.size() > out.size()) out.insert(out.begin(), s.size() - out.size(), 1);
+    for (size_t i = 0; i < s.size(); ++i) {
+      int64_t& o = out[out.size() - s.size() + i];
+      if (s[i] == o || s[i] == 1) continue;
+      if (o != 1) return std::nullopt;
+      o = s[i];
+    }
+  }
+  return out;
+}
+
 at::Tensor where(const at::Tensor& cond, const at::Tensor& a, const at::Tensor& b) {
   static const c10::OperatorHandle h = handle("aten::where", "self");
-  if (!small(cond, Dtypes::kAny) || cond.scalar_type() != at::kBool || !alike(a, b, Dtypes::kAny) ||
-      cond.device() != a.device() || !cond.sizes().equals(a.sizes()))
+  // (operands of one dtype that broadcast: the result of their sizes, no
+  // larger than GRAIN_SIZE; where(mask, x, 0.0) gives a 0-dim device b)
+  const auto sizes = broadcastSizes({&cond, &a, &b});
+  if (!sizes || !small(cond, Dtypes::kAny) || cond.scalar_type() != at::kBool || !small(a, Dtypes::kAny) ||
+      !small(b, Dtypes::kAny) || a.scalar_type() != b.scalar_type() || cond.device() != a.device() ||
+      b.device() != a.device() || c10::multiply_integers(*sizes) > at::internal::GRAIN_SIZE)
     return boxedFallbackCall(h, {cond, a, b});
   c10::DeviceGuard guard(a.device());
-  at::Tensor out = emptyDeviceLike(a);
+  at::Tensor out = emptyDevice(*sizes, a.scalar_type());
+  static const auto op = handle("aten::where", "self_out")
+                             .typed<at::Tensor&(const at::Tensor&, const at::Tensor&, const at::Tensor&, at::Tensor&)>();
+  if (cond.sizes().equals(out.sizes()) && a.sizes().equals(out.sizes()) && b.sizes().equals(out.sizes())) {
+    launchOnCurrentStream(a.device().index(), "aten::where",
+                          [c = Operand(cond), x = Operand(a), y = Operand(b), res = Operand(out)] {
+                            at::Tensor o = res.host();
+                            op.redispatch(kCPUKeys, c.host(), x.host(), y.host(), o);
+                          });
+    return out;
+  }
+  // (operands that broadcast: each in its own sizes, CPU's kernel expands them)
   launchOnCurrentStream(a.device().index(), "aten::where",
-                        [c = Operand(cond), x = Operand(a), y = Operand(b), res = Operand(out)] {
-                          static const auto op = handle("aten::where", "self_out")
-                                                     .typed<at::Tensor&(const at::Tensor&, const at::Tensor&,
-                                                                        const at::Tensor&, at::Tensor&)>();
-                          at::Tensor o = res.host();
-                          op.redispatch(kCPUKeys, c.host(), x.host(), y.host(), o);
+                        [c = Operand(cond), x = Operand(a), y = Operand(b), res = Operand(out),
+                         cs = cond.sizes().vec(), xs = a.sizes().vec(), ys = b.sizes().vec(), os = *sizes] {
+                          at::Tensor o = res.host(os);
+                          op.redispatch(kCPUKeys, c.host(cs), x.host(xs), y.host(ys), o);
                         });
   return out;
 }
@@ -540,9 +571,23 @@ at::Tensor where(const at::Tensor& cond, const at::Tensor& a, const at::Tensor& 
 // (not sharing its memory).
 at::Tensor& maskedFill_(at::Tensor& self, const at::Tensor& mask, const c10::Scalar& value) {
   static const c10::OperatorHandle h = handle("aten::masked_fill_", "Scalar");
+  // (a mask that broadcasts to self's sizes, as CPU's kernel expands it)
+  const auto sizes = broadcastSizes({&self, &mask});
   const bool plain = small(self) && small(mask, Dtypes::kAny) && mask.scalar_type() == at::kBool &&
-                     mask.device() == self.device() && mask.sizes().equals(self.sizes()) && !value.isComplex() &&
+                     mask.device() == self.device() && sizes && self.sizes().equals(*sizes) && !value.isComplex() &&
                      at::get_overlap_status(self, mask) == at::MemOverlapStatus::No;
+  if (plain && !mask.sizes().equals(self.sizes())) {  // a mask that broadcasts: each in its own sizes
+    launchOnCurrentStream(self.device().index(), "aten::masked_fill_",
+                          [s = Operand(self), m = Operand(mask), value, ss = self.sizes().vec(),
+                           ms = mask.sizes().vec()] {
+                            static const auto op =
+                                handle("aten::masked_fill_", "Scalar")
+                                    .typed<at::Tensor&(at::Tensor&, const at::Tensor&, const c10::Scalar&)>();
+                            at::Tensor hs = s.host(ss);
+                            op.redispatch(kCPUKeys, hs, m.host(ms), value);
+                          });
+    return self;
+  }
   return inplaceWithTensorAndNumber(h, "aten::masked_fill_", self, mask, value, plain);
 }
 

@@ -417,9 +417,7 @@ def test_where_takes_the_unboxed_path_with_cpus_bits(dtype):
 def test_other_logic_and_where_calls_keep_the_boxed_path_with_cpus_results_and_errors():
     x, y = torch.randn(5, 4), torch.randn(5, 4)
     c = x > 0
-    for case in (lambda c, a, b: torch.where(c, a, b[0]),  # broadcast
-                 lambda c, a, b: torch.where(c, a, b.double()),  # promotion
-                 lambda c, a, b: torch.where(c[0], a, b),  # broadcast condition
+    for case in (lambda c, a, b: torch.where(c, a, b.double()),  # promotion
                  lambda c, a, b: torch.where(c.t(), a.t(), b.t()),  # non-contiguous
                  lambda c, a, b: (a > 0).long() & c.long(),
                  lambda c, a, b: torch.logical_not(a.t())):
@@ -449,8 +447,7 @@ def test_masked_fill_takes_the_unboxed_path_with_cpus_bits(dtype):
 def test_other_masked_fill_calls_keep_the_boxed_path_with_cpus_results_and_errors():
     x = torch.randn(6, 5)
     mask = x > 0
-    for case in (lambda t, m: t.masked_fill(m[0], 2.0),  # broadcast mask
-                 lambda t, m: t.t().masked_fill(m.t(), 2.0),  # non-contiguous
+    for case in (lambda t, m: t.t().masked_fill(m.t(), 2.0),  # non-contiguous
                  lambda t, m: t.long().masked_fill(m, 7),  # integer self
                  lambda t, m: t.masked_fill(m, torch.tensor(4.0, device=t.device))):  # a tensor value
         expected = case(x, mask)
@@ -595,3 +592,34 @@ def test_any_and_all_take_the_unboxed_path_with_cpus_results(dtype):
         unboxed_equals_cpu(torch.all, torch.tensor([-0.0, 1.0], dtype=dtype))
     x = torch.ones(40000, dtype=dtype)  # over GRAIN_SIZE: the boxed path, CPU's result
     assert torch.equal(torch.all(x.to("mtia")).cpu(), torch.all(x))
+
+
+
+@pytest.mark.parametrize("dtype", FLOATING + [torch.int64, torch.bool], ids=str)
+def test_where_and_masked_fill_that_broadcast_take_the_unboxed_path_with_cpus_bits(dtype):
+    g = torch.Generator().manual_seed(11)
+    x, y = (torch.randn(3, 5, 7, generator=g) * 10).to(dtype), (torch.randn(3, 5, 7, generator=g) * 10).to(dtype)
+    c = torch.randn(3, 5, 7, generator=g) > 0
+    # (each operand made contiguous on CPU: a view taken on mtia is a call of its own)
+    for cond, a, b in ((c, x, y[0]), (c[:, :1], x, y), (c[0, 0], x[:, :1], y[:1, :, :1]),  # every operand broadcast
+                       (c, x, y[0, 0, 0])):  # a 0-dim other
+        unboxed_equals_cpu(torch.where, cond.contiguous(), a.contiguous(), b.contiguous())
+    if dtype.is_floating_point:
+        unboxed_equals_cpu(lambda m, t: torch.where(m, t, 0.0), c, x)  # a Python number: a 0-dim device tensor
+    if not dtype.is_floating_point:
+        return  # (masked_fill_ of an integer or bool self: the boxed path)
+    for mask in (c[0], c[:, :1], c[:, :, :1], c[0, 0, :1]):
+        unboxed_equals_cpu(lambda t, m: t.clone().masked_fill_(m, -2.5) if t.device.type == "cpu"
+                           else t.masked_fill_(m, -2.5), x, mask.contiguous())
+
+
+def test_where_and_masked_fill_that_do_not_broadcast_raise_cpus_errors_at_the_call():
+    x, c = torch.randn(4, 6), torch.randn(4, 6) > 0
+    for bad in (lambda t, m: torch.where(m, t, t[:, :5]), lambda t, m: t.masked_fill_(m[:, :5], 1.0),
+                lambda t, m: t[:1].masked_fill_(m, 1.0)):  # a mask larger than self
+        with pytest.raises(RuntimeError) as cpu_error:
+            bad(x.clone(), c)
+        with pytest.raises(RuntimeError) as mtia_error:
+            bad(x.to("mtia"), c.to("mtia"))
+        assert str(cpu_error.value).split("\n")[0] in str(mtia_error.value)
+    torch.mtia.synchronize()

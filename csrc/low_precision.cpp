@@ -122,7 +122,7 @@ bool float32Call(const c10::OperatorHandle& op, const torch::jit::Stack& stack) 
   const int kind = perOp(&op.schema(), [&] {
     const std::string& name = op.schema().name();
     if (lowPrecisionMatrixOps().count(name)) return 1;
-    return lowPrecisionOrderOps().count(name) || lowPrecisionAttentionOps().count(name) ? 2 : 0;
+    return lowPrecisionOrderOps().count(name) || lowPrecisionStandInOps().count(name) ? 2 : 0;
   });
   if (kind == 0) return false;
   const size_t nargs = op.schema().arguments().size();
@@ -435,9 +435,9 @@ const std::unordered_set<std::string>& lowPrecisionMatrixOps() {
   return ops;
 }
 
-const std::unordered_set<std::string>& lowPrecisionAttentionOps() {
-  static const std::unordered_set<std::string> ops = {"aten::_scaled_dot_product_flash_attention_for_cpu",
-                                                      "aten::_scaled_dot_product_flash_attention_for_cpu_backward"};
+const std::unordered_set<std::string>& lowPrecisionStandInOps() {
+  static const std::unordered_set<std::string> ops = {
+      "aten::_scaled_dot_product_flash_attention_for_cpu", "aten::_scaled_dot_product_flash_attention_for_cpu_backward"};
   return ops;
 }
 

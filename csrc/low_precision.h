@@ -102,11 +102,15 @@ const std::unordered_set<std::string>& lowPrecisionMatrixOps();
 // kthvalue 1.61-1.68, cummax 1.7 (bf16) and 13.7 (fp16) (AVX2 and AVX-512
 // hosts alike).
 const std::unordered_set<std::string>& lowPrecisionOrderOps();
-// sdpa's flash kernels (csrc/attention.cpp), "aten::name": float32Call
-// takes their bf16/fp16 calls where activationPath says kFloat32 (not in
-// mode native), on hosts with native bf16 too: CPU's bf16 flash backward
-// took 6.6 ms for the main job's attention (64x4x12x32, causal) against
-// 0.58 ms over float32 stand-ins (float32 itself 0.50).
-const std::unordered_set<std::string>& lowPrecisionAttentionOps();
+// Ops whose CPU bf16/fp16 kernels are slower than their float32 ones plus
+// the conversions on every host, "aten::name": sdpa's flash kernels
+// (csrc/attention.cpp). float32Call takes their bf16/fp16 calls where
+// activationPath says kFloat32 (not in mode native), on hosts with native
+// bf16 too: CPU's bf16 flash backward took 6.6 ms for the main job's
+// attention (64x4x12x32, causal) against 0.58 ms over float32 stand-ins
+// (float32 itself 0.50). (Not group_norm or avg_pool2d: on 16x64x32x32
+// their kernels cost about what the conversions do; bf16 group_norm went
+// 1.3 -> 1.8x float32's time over stand-ins, fp16 avg_pool2d 1.05 -> 1.1.)
+const std::unordered_set<std::string>& lowPrecisionStandInOps();
 
 }  // namespace openmtia

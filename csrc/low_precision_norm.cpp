@@ -59,6 +59,14 @@ int64_t rowLength(const at::Tensor& input, at::IntArrayRef normalized, const std
   return n;
 }
 
+// The sizes of a norm's per-row statistics (mean, rstd): input's, each
+// normalized dim kept as 1.
+std::vector<int64_t> statSizes(const at::Tensor& input, at::IntArrayRef normalized) {
+  std::vector<int64_t> sizes(input.sizes().begin(), input.sizes().end() - normalized.size());
+  sizes.resize(input.dim(), 1);
+  return sizes;
+}
+
 const uint16_t* bits(const std::optional<at::Tensor>& t) {
   return t.has_value() && t->defined() ? static_cast<const uint16_t*>(t->const_data_ptr()) : nullptr;
 }
@@ -86,8 +94,7 @@ Outputs layerNorm(const at::Tensor& input, c10::SymIntArrayRef normalized_shape,
   static const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow("aten::native_layer_norm", "");
   if (n == 0) return fallback(op, {input, normalized_shape, weight, bias, eps});
   c10::DeviceGuard guard(input.device());
-  std::vector<int64_t> stat_sizes(input.sizes().begin(), input.sizes().end() - normalized.size());
-  stat_sizes.resize(input.dim(), 1);
+  const std::vector<int64_t> stat_sizes = statSizes(input, normalized);
   at::Tensor out = emptyDeviceLike(input), mean = emptyDevice(stat_sizes, input.scalar_type()),
              rstd = emptyDevice(stat_sizes, input.scalar_type());
   g_calls.fetch_add(1, std::memory_order_relaxed);
@@ -184,9 +191,7 @@ std::tuple<at::Tensor, at::Tensor> rmsNorm(const at::Tensor& input, at::IntArray
   const int64_t n = rmsRow(input, normalized, weight);
   if (n == 0) return at::compositeimplicitautograd::_fused_rms_norm(input, normalized, weight, eps);
   c10::DeviceGuard guard(input.device());
-  std::vector<int64_t> stat_sizes(input.sizes().begin(), input.sizes().end() - normalized.size());
-  stat_sizes.resize(input.dim(), 1);
-  at::Tensor out = emptyDeviceLike(input), rstd = emptyDevice(stat_sizes, at::kFloat);
+  at::Tensor out = emptyDeviceLike(input), rstd = emptyDevice(statSizes(input, normalized), at::kFloat);
   g_calls.fetch_add(1, std::memory_order_relaxed);
   const bool bf16 = input.scalar_type() == at::kBFloat16;
   const int64_t rows = input.numel() / n;

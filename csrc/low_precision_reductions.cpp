@@ -76,6 +76,13 @@ std::vector<int64_t> reducedSizes(const at::Tensor& x, int64_t trailing, bool ke
   return sizes;
 }
 
+// A reduction's task name (what traces and profiles show).
+const char* taskName(Reduction kind) {
+  static const char* const kNames[] = {"aten::sum", "aten::mean", "aten::amax", "aten::amin",
+                                       "aten::linalg_vector_norm"};
+  return kNames[static_cast<int>(kind)];
+}
+
 void store(bool bf16, void* out, int64_t i, float r) {
   if (bf16) static_cast<c10::BFloat16*>(out)[i] = c10::BFloat16(r);
   else static_cast<c10::Half*>(out)[i] = c10::Half(r);
@@ -84,8 +91,6 @@ void store(bool bf16, void* out, int64_t i, float r) {
 }  // namespace
 
 at::Tensor fusedReductionResult(Reduction kind, const at::Tensor& x, int64_t trailing, bool keepdim) {
-  static const char* const kNames[] = {"aten::sum", "aten::mean", "aten::amax", "aten::amin",
-                                       "aten::linalg_vector_norm"};
   c10::DeviceGuard guard(x.device());
   int64_t rows;
   at::Tensor out = emptyDevice(reducedSizes(x, trailing, keepdim, rows), x.scalar_type());
@@ -94,7 +99,7 @@ at::Tensor fusedReductionResult(Reduction kind, const at::Tensor& x, int64_t tra
   void* op = out.data_ptr();
   const int64_t n = x.numel(), cols = n / rows;
   const bool bf16 = x.scalar_type() == at::kBFloat16;
-  launchOnCurrentStream(x.device().index(), kNames[static_cast<int>(kind)], [=] {
+  launchOnCurrentStream(x.device().index(), taskName(kind), [=] {
     useKernelThreads(n);
     if (rows == 1) return store(bf16, op, 0, reduceAll(kind, bf16, xp, n));
     // one row on one thread, the rows shared among the threads
@@ -106,8 +111,6 @@ at::Tensor fusedReductionResult(Reduction kind, const at::Tensor& x, int64_t tra
 }
 
 at::Tensor fusedLeadingReductionResult(Reduction kind, const at::Tensor& x, int64_t leading, bool keepdim) {
-  static const char* const kNames[] = {"aten::sum", "aten::mean", "aten::amax", "aten::amin",
-                                       "aten::linalg_vector_norm"};
   TORCH_INTERNAL_ASSERT(kind != Reduction::kNorm2 && leading >= 1 && leading < x.dim());
   c10::DeviceGuard guard(x.device());
   std::vector<int64_t> sizes(keepdim ? leading : 0, 1);
@@ -119,7 +122,7 @@ at::Tensor fusedLeadingReductionResult(Reduction kind, const at::Tensor& x, int6
   const int64_t n = x.numel(), cols = out.numel(), rows = n / cols;
   const bool bf16 = x.scalar_type() == at::kBFloat16;
   const int code = kind == Reduction::kMax ? 1 : kind == Reduction::kMin ? 2 : 0;
-  launchOnCurrentStream(x.device().index(), kNames[static_cast<int>(kind)], [=] {
+  launchOnCurrentStream(x.device().index(), taskName(kind), [=] {
     useKernelThreads(n);
     // ranges of columns (64 at least) on the threads, each over every row
     const int64_t ranges = std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), cols / 64));

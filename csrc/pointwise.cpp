@@ -111,6 +111,10 @@ bool admits(Dtypes which, at::ScalarType d) {
   return integral || boolean;
 }
 
+// The dtype an integer or bool tensor's float result takes (CPU's type
+// promotion: the default dtype).
+at::ScalarType defaultFloat() { return c10::typeMetaToScalarType(c10::get_default_dtype()); }
+
 // A tensor of the plain case (see above), of the dtypes `which`.
 bool small(const at::Tensor& t, Dtypes which = Dtypes::kFloating) {
   if (!t.defined() || t.device().type() != kMTIA) return false;
@@ -225,7 +229,7 @@ at::Tensor unary(const at::Tensor& x) {
   const bool promoted = floatOp<I>() && !floatingDtype(x.scalar_type()) && small(x, Dtypes::kAny);
   if (!promoted && !small(x, unaryDtypes<I>())) return boxedFallbackCall(op.functional, {x});
   c10::DeviceGuard guard(x.device());
-  at::Tensor out = promoted ? emptyDevice(x.sizes(), c10::typeMetaToScalarType(c10::get_default_dtype()))
+  at::Tensor out = promoted ? emptyDevice(x.sizes(), defaultFloat())
                             : emptyDeviceLike(x);
   constexpr bool relu = std::string_view(kUnaryOps[I]) == "relu";
   launchOnCurrentStream(x.device().index(), op.name.c_str(), [&op, in = Operand(x), res = Operand(out)] {
@@ -875,7 +879,7 @@ struct Binary {
       else return boxedFallbackCall(functional(), {a, b});
     }
     c10::DeviceGuard guard(a.device());
-    at::Tensor out = promoted ? emptyDevice(a.sizes(), c10::typeMetaToScalarType(c10::get_default_dtype()))
+    at::Tensor out = promoted ? emptyDevice(a.sizes(), defaultFloat())
                               : emptyDeviceLike(a);
     if (isOne(alpha) && ownLoop(a, b)) {
       launchLoop<op>(a, b, out, name());

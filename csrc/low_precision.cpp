@@ -361,8 +361,70 @@ at::Tensor convertedTo(const at::Tensor& t, c10::ScalarType dtype) {
 
 }  // namespace
 
+namespace {
+
+std::atomic<int64_t> g_bits_calls{0};
+
+// Whether this call of a bit-moving op (lowPrecisionBitsOps) runs over
+// int16 views: its floating tensors share one low-precision dtype whose
+// activationPath is kFloat32 (not mode native), and the overload takes no
+// number that would be converted to the dtype (scatter's value, its reduce).
+bool bitsCall(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
+  const bool bits = perOp(&op.schema(), [&] {
+    const auto& schema = op.schema();
+    const std::string& overload = schema.overload_name();
+    if (!lowPrecisionBitsOps().count(schema.name())) return false;
+    return schema.name().rfind("aten::scatter", 0) != 0 || overload == "src" || overload == "src_out";
+  });
+  if (!bits) return false;
+  const size_t nargs = op.schema().arguments().size();
+  std::optional<c10::ScalarType> low;
+  for (size_t i = stack.size() - nargs; i < stack.size(); ++i) {
+    const c10::IValue& v = stack[i];
+    if (!v.isTensor() || !v.toTensor().defined() || !v.toTensor().is_floating_point()) continue;
+    if (low && v.toTensor().scalar_type() != *low) return false;  // mixed: CPU's kernel decides (and raises)
+    low = v.toTensor().scalar_type();
+  }
+  return low && isLowPrecision(*low) && activationPath(*low, /*onednn=*/false) == LowPrecisionPath::kFloat32;
+}
+
+// The op over int16 views of its bf16/fp16 tensors (the same bytes): fresh
+// int16 results are viewed back as the dtype, returned arguments are the
+// arguments themselves.
+void callOverBits(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  g_bits_calls.fetch_add(1, std::memory_order_relaxed);
+  const auto& args = op.schema().arguments();
+  const size_t first = stack->size() - args.size();
+  c10::ScalarType low = at::kBFloat16;
+  std::vector<std::pair<at::Tensor, at::Tensor>> viewed;  // (argument, its int16 view)
+  for (size_t i = 0; i < args.size(); ++i) {
+    c10::IValue& v = (*stack)[first + i];
+    if (!v.isTensor() || !v.toTensor().defined() || !isLowPrecision(v.toTensor().scalar_type())) continue;
+    const at::Tensor t = v.toTensor();
+    low = t.scalar_type();
+    at::Tensor bits = t.view(at::kShort);
+    viewed.emplace_back(t, bits);
+    v = std::move(bits);
+  }
+  op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+  for (auto& [t, bits] : viewed)  // (an out= argument the kernel resized: its storage is t's)
+    if (!t.sizes().equals(bits.sizes()) || !t.strides().equals(bits.strides()))
+      t.set_(bits.storage(), bits.storage_offset(), bits.sizes(), bits.strides());
+  const size_t nrets = op.schema().returns().size();
+  for (size_t i = stack->size() - nrets; i < stack->size(); ++i) {
+    c10::IValue& v = (*stack)[i];
+    if (!v.isTensor() || !v.toTensor().defined() || v.toTensor().scalar_type() != at::kShort) continue;
+    const at::Tensor r = v.toTensor();
+    auto w = std::find_if(viewed.begin(), viewed.end(), [&](const auto& p) { return p.second.is_same(r); });
+    v = w != viewed.end() ? w->first : r.view(low);
+  }
+}
+
+}  // namespace
+
 void callCpuKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, bool float32, int64_t work) {
   if (!float32) {
+    if (bitsCall(op, *stack)) return callOverBits(op, stack);
     op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
     return;
   }
@@ -425,6 +487,7 @@ std::vector<at::Tensor> float32Scratch(const std::vector<at::Tensor>& tensors) {
 
 int64_t lowPrecisionFloat32Calls() { return g_float32_calls.load(); }
 int64_t lowPrecisionChunkedCalls() { return g_batched_calls.load(); }
+int64_t lowPrecisionBitsCalls() { return g_bits_calls.load(); }
 int64_t lowPrecisionGemmEntries() { return g_gemm_entries.load(); }
 
 const std::unordered_set<std::string>& lowPrecisionMatrixOps() {
@@ -438,6 +501,11 @@ const std::unordered_set<std::string>& lowPrecisionMatrixOps() {
 const std::unordered_set<std::string>& lowPrecisionStandInOps() {
   static const std::unordered_set<std::string> ops = {
       "aten::_scaled_dot_product_flash_attention_for_cpu", "aten::_scaled_dot_product_flash_attention_for_cpu_backward"};
+  return ops;
+}
+
+const std::unordered_set<std::string>& lowPrecisionBitsOps() {
+  static const std::unordered_set<std::string> ops = {"aten::flip", "aten::gather", "aten::scatter", "aten::scatter_"};
   return ops;
 }
 

@@ -82,6 +82,8 @@ void callCpuKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, bool
 std::vector<at::Tensor> float32Scratch(const std::vector<at::Tensor>& tensors);
 // How many calls took the float32 path so far (for tests).
 int64_t lowPrecisionFloat32Calls();
+// How many calls ran over int16 views (lowPrecisionBitsOps), for tests.
+int64_t lowPrecisionBitsCalls();
 // How many of those ran chunked (bmm, baddbmm: entries in float32 a few at a
 // time on each thread; see low_precision.cpp), for tests.
 int64_t lowPrecisionChunkedCalls();
@@ -112,5 +114,14 @@ const std::unordered_set<std::string>& lowPrecisionOrderOps();
 // their kernels cost about what the conversions do; bf16 group_norm went
 // 1.3 -> 1.8x float32's time over stand-ins, fp16 avg_pool2d 1.05 -> 1.1.)
 const std::unordered_set<std::string>& lowPrecisionStandInOps();
+// Ops that only move elements (flip, gather, scatter with a tensor of
+// values), "aten::name": where activationPath says kFloat32 (not in mode
+// native), callCpuKernel runs their bf16/fp16 calls over int16 views of
+// the same bytes, CPU's kernel for 2-byte integers: the same bits, and on
+// 1024x1024 (AVX2 and AVX-512 hosts) the last-dim flip took 3.3x float32's
+// time in bf16/fp16 and 0.55x in int16, gather 1.57x and 1.0x, scatter
+// 1.3-1.8x and 1.24x. (index_select, index, take, cat, clone and the other
+// copies cost the same in every 2-byte dtype.)
+const std::unordered_set<std::string>& lowPrecisionBitsOps();
 
 }  // namespace openmtia

@@ -153,6 +153,7 @@ PYBIND11_MODULE(_C, m) {
     return path == openmtia::LowPrecisionPath::kFloat32 ? "float32" : "native";
   });
   m.def("_low_precision_float32_calls", &openmtia::lowPrecisionFloat32Calls);
+  m.def("_low_precision_bits_calls", &openmtia::lowPrecisionBitsCalls);
   m.def("_low_precision_chunked_calls", &openmtia::lowPrecisionChunkedCalls);
   m.def("_low_precision_gemm_entries", &openmtia::lowPrecisionGemmEntries);
   // the host GEMM (host_gemm.h; OPENMTIA_HOST_GEMM=0 at start disables it)

@@ -10,6 +10,7 @@
 #include <unordered_set>
 
 #include "common.h"
+#include "low_precision_arithmetic.h"
 
 namespace openmtia {
 namespace {
@@ -65,17 +66,140 @@ at::Tensor tanhBackward(const at::Tensor& grad, const at::Tensor& y) {
   return fusedActivationResult(Activation::kTanhBackward, y, grad);
 }
 
+// A number of an activation as CPU's bf16/fp16 kernels take it (float32),
+// or nothing where it is not a real number (CPU's kernel raises: the boxed
+// path).
+std::optional<float> param(const c10::Scalar& s) {
+  if (s.isComplex() || s.isBoolean()) return std::nullopt;
+  return static_cast<float>(s.toDouble());
+}
+
+// The forward of a one-operand activation `kind` with the numbers `p`:
+// functional (name) and in-place (name_) forms, through the boxed path
+// where the loops do not take it.
+template <Activation K>
+at::Tensor forward(const c10::OperatorHandle& op, const at::Tensor& x, std::vector<c10::IValue> boxed,
+                   ActivationParams p = {}) {
+  if (!fusedActivation(K, x)) return boxedFallbackCall(op, std::move(boxed));
+  return fusedActivationResult(K, x, at::Tensor(), p);
+}
+
+template <Activation K>
+at::Tensor& forwardInplace(const c10::OperatorHandle& op, at::Tensor& x, std::vector<c10::IValue> boxed,
+                           ActivationParams p = {}) {
+  if (!fusedActivation(K, x)) {
+    boxedFallbackCall(op, std::move(boxed));
+    return x;
+  }
+  c10::DeviceGuard guard(x.device());
+  launchActivation(K, x, at::Tensor(), x, p);
+  return x;
+}
+
+template <Activation K>
+at::Tensor backward(const c10::OperatorHandle& op, const at::Tensor& grad, const at::Tensor& x,
+                    std::vector<c10::IValue> boxed, ActivationParams p = {}) {
+  if (!fusedActivation(K, x, grad)) return boxedFallbackCall(op, std::move(boxed));
+  return fusedActivationResult(K, x, grad, p);
+}
+
+at::Tensor hardswish(const at::Tensor& x) {
+  static const c10::OperatorHandle op = handle("aten::hardswish");
+  return forward<Activation::kHardswish>(op, x, {x});
+}
+at::Tensor& hardswish_(at::Tensor& x) {
+  static const c10::OperatorHandle op = handle("aten::hardswish_");
+  return forwardInplace<Activation::kHardswish>(op, x, {x});
+}
+at::Tensor hardswishBackward(const at::Tensor& grad, const at::Tensor& x) {
+  static const c10::OperatorHandle op = handle("aten::hardswish_backward");
+  return backward<Activation::kHardswishBackward>(op, grad, x, {grad, x});
+}
+at::Tensor hardsigmoid(const at::Tensor& x) {
+  static const c10::OperatorHandle op = handle("aten::hardsigmoid");
+  return forward<Activation::kHardsigmoid>(op, x, {x});
+}
+at::Tensor& hardsigmoid_(at::Tensor& x) {
+  static const c10::OperatorHandle op = handle("aten::hardsigmoid_");
+  return forwardInplace<Activation::kHardsigmoid>(op, x, {x});
+}
+at::Tensor hardsigmoidBackward(const at::Tensor& grad, const at::Tensor& x) {
+  static const c10::OperatorHandle op = handle("aten::hardsigmoid_backward");
+  return backward<Activation::kHardsigmoidBackward>(op, grad, x, {grad, x});
+}
+
+at::Tensor leakyRelu(const at::Tensor& x, const c10::Scalar& slope) {
+  static const c10::OperatorHandle op = handle("aten::leaky_relu");
+  const auto a = param(slope);
+  if (!a) return boxedFallbackCall(op, {x, slope});
+  return forward<Activation::kLeakyRelu>(op, x, {x, slope}, {*a});
+}
+at::Tensor& leakyRelu_(at::Tensor& x, const c10::Scalar& slope) {
+  static const c10::OperatorHandle op = handle("aten::leaky_relu_");
+  const auto a = param(slope);
+  if (!a) {
+    boxedFallbackCall(op, {x, slope});
+    return x;
+  }
+  return forwardInplace<Activation::kLeakyRelu>(op, x, {x, slope}, {*a});
+}
+at::Tensor leakyReluBackward(const at::Tensor& grad, const at::Tensor& x, const c10::Scalar& slope, bool is_result) {
+  static const c10::OperatorHandle op = handle("aten::leaky_relu_backward");
+  const auto a = param(slope);
+  // (the in-place forward's result with a negative slope: CPU's error, at the call)
+  if (!a || (is_result && *a < 0)) return boxedFallbackCall(op, {grad, x, slope, is_result});
+  return backward<Activation::kLeakyReluBackward>(op, grad, x, {grad, x, slope, is_result}, {*a});
+}
+
+at::Tensor thresholdBackward(const at::Tensor& grad, const at::Tensor& x, const c10::Scalar& threshold) {
+  static const c10::OperatorHandle op = handle("aten::threshold_backward");
+  const auto a = param(threshold);
+  if (!a) return boxedFallbackCall(op, {grad, x, threshold});
+  return backward<Activation::kThresholdBackward>(op, grad, x, {grad, x, threshold}, {*a});
+}
+
+// hardtanh (relu6's) is CPU's clamp(x, min, max): the clamp loop
+// (low_precision_arithmetic.h).
+at::Tensor hardtanh(const at::Tensor& x, const c10::Scalar& lo, const c10::Scalar& hi) {
+  static const c10::OperatorHandle op = handle("aten::hardtanh");
+  if (!fusedClamp(x, lo, hi)) return boxedFallbackCall(op, {x, lo, hi});
+  c10::DeviceGuard guard(x.device());
+  at::Tensor out = emptyDeviceLike(x);
+  launchClamp(x, lo, hi, out);
+  return out;
+}
+at::Tensor& hardtanh_(at::Tensor& x, const c10::Scalar& lo, const c10::Scalar& hi) {
+  static const c10::OperatorHandle op = handle("aten::hardtanh_");
+  if (!fusedClamp(x, lo, hi)) {
+    boxedFallbackCall(op, {x, lo, hi});
+    return x;
+  }
+  c10::DeviceGuard guard(x.device());
+  launchClamp(x, lo, hi, x);
+  return x;
+}
+at::Tensor hardtanhBackward(const at::Tensor& grad, const at::Tensor& x, const c10::Scalar& lo, const c10::Scalar& hi) {
+  static const c10::OperatorHandle op = handle("aten::hardtanh_backward");
+  const auto a = param(lo), b = param(hi);
+  if (!a || !b) return boxedFallbackCall(op, {grad, x, lo, hi});
+  return backward<Activation::kHardtanhBackward>(op, grad, x, {grad, x, lo, hi}, {*a, *b});
+}
+
 }  // namespace
 
 bool fusedActivation(Activation kind, const at::Tensor& x, const at::Tensor& grad) {
   return loopsTake(x, grad, /*onednn=*/kind == Activation::kGelu || kind == Activation::kGeluBackward);
 }
 
-void launchActivation(Activation kind, const at::Tensor& x, const at::Tensor& grad, const at::Tensor& out) {
+void launchActivation(Activation kind, const at::Tensor& x, const at::Tensor& grad, const at::Tensor& out,
+                      ActivationParams p) {
   static const char* const kNames[] = {"aten::gelu",          "aten::gelu",          "aten::silu",
                                        "aten::sigmoid",       "aten::gelu_backward", "aten::gelu_backward",
                                        "aten::sigmoid_backward", "aten::tanh_backward", "aten::pow",
-                                       "aten::relu", "aten::log"};
+                                       "aten::relu", "aten::log", "aten::reciprocal", "aten::hardswish",
+                                       "aten::hardsigmoid", "aten::leaky_relu", "aten::hardswish_backward",
+                                       "aten::hardsigmoid_backward", "aten::leaky_relu_backward",
+                                       "aten::threshold_backward", "aten::hardtanh_backward"};
   static_assert(sizeof(kNames) / sizeof(kNames[0]) == static_cast<size_t>(Activation::kNumActivations),
                 "a task name for each kind");
   g_calls.fetch_add(1, std::memory_order_relaxed);
@@ -87,27 +211,30 @@ void launchActivation(Activation kind, const at::Tensor& x, const at::Tensor& gr
   launchOnCurrentStream(x.device().index(), kNames[static_cast<int>(kind)], [=] {
     // transcendental work: an element counts as kDenseWorkScale / 4 (a
     // square's as one: it is memory-bound)
-    const bool memory_bound = kind == Activation::kSquare || kind == Activation::kRelu;
+    const bool memory_bound = kind >= Activation::kSquare && kind != Activation::kLog;
     const int64_t work = memory_bound ? n : n * (kDenseWorkScale / 4);
     useKernelThreads(work);
     forEachThread(n, [&](int64_t begin, int64_t end) {
-      activationLoop(kind, bf16, xp + begin, gp ? gp + begin : nullptr, op + begin, end - begin);
+      activationLoop(kind, bf16, xp + begin, gp ? gp + begin : nullptr, op + begin, end - begin, p);
     });
   });
 }
 
-at::Tensor fusedActivationResult(Activation kind, const at::Tensor& x, const at::Tensor& grad) {
+at::Tensor fusedActivationResult(Activation kind, const at::Tensor& x, const at::Tensor& grad, ActivationParams p) {
   c10::DeviceGuard guard(x.device());
   at::Tensor out = emptyDeviceLike(x);
-  launchActivation(kind, x, grad, out);
+  launchActivation(kind, x, grad, out, p);
   return out;
 }
 
 int64_t fusedActivationCalls() { return g_calls.load(); }
 
 const std::unordered_set<std::string>& activationOps() {
-  static const std::unordered_set<std::string> ops = {"gelu", "gelu_", "gelu_backward", "sigmoid_backward",
-                                                      "tanh_backward"};
+  static const std::unordered_set<std::string> ops = {
+      "gelu",        "gelu_",        "gelu_backward",        "sigmoid_backward",    "tanh_backward",
+      "hardswish",   "hardswish_",   "hardswish_backward",   "hardsigmoid",         "hardsigmoid_",
+      "hardsigmoid_backward", "leaky_relu", "leaky_relu_",   "leaky_relu_backward", "threshold_backward",
+      "hardtanh",    "hardtanh_",    "hardtanh_backward"};
   return ops;
 }
 
@@ -117,6 +244,19 @@ TORCH_LIBRARY_IMPL(aten, MTIA, m) {
   m.impl("gelu_backward", &geluBackward);
   m.impl("sigmoid_backward", &sigmoidBackward);
   m.impl("tanh_backward", &tanhBackward);
+  m.impl("hardswish", &hardswish);
+  m.impl("hardswish_", &hardswish_);
+  m.impl("hardswish_backward", &hardswishBackward);
+  m.impl("hardsigmoid", &hardsigmoid);
+  m.impl("hardsigmoid_", &hardsigmoid_);
+  m.impl("hardsigmoid_backward", &hardsigmoidBackward);
+  m.impl("leaky_relu", &leakyRelu);
+  m.impl("leaky_relu_", &leakyRelu_);
+  m.impl("leaky_relu_backward", &leakyReluBackward);
+  m.impl("threshold_backward", &thresholdBackward);
+  m.impl("hardtanh", &hardtanh);
+  m.impl("hardtanh_", &hardtanh_);
+  m.impl("hardtanh_backward", &hardtanhBackward);
 }
 
 }  // namespace openmtia

@@ -42,17 +42,22 @@ bool fusedActivation(Activation kind, const at::Tensor& x, const at::Tensor& gra
 // Launches the fused kernel as a task on x's device's current stream:
 // out = kind(x) (or kind(grad, x)); out is x's size and dtype, contiguous,
 // and may be x itself (an in-place op). Call only where fusedActivation().
-void launchActivation(Activation kind, const at::Tensor& x, const at::Tensor& grad, const at::Tensor& out);
+void launchActivation(Activation kind, const at::Tensor& x, const at::Tensor& grad, const at::Tensor& out,
+                      ActivationParams p = {});
 // The same into a fresh contiguous tensor of x's sizes and dtype on x's
 // device, which it returns.
-at::Tensor fusedActivationResult(Activation kind, const at::Tensor& x, const at::Tensor& grad = at::Tensor());
+at::Tensor fusedActivationResult(Activation kind, const at::Tensor& x, const at::Tensor& grad = at::Tensor(),
+                                 ActivationParams p = {});
 
 // How many fused activation tasks were launched so far (for tests).
 int64_t fusedActivationCalls();
 
 
 // The ops this file registers ("name.overload" without "aten::"): gelu,
-// gelu_, gelu_backward, sigmoid_backward (silu, sigmoid and their in-place
+// gelu_, gelu_backward, sigmoid_backward, tanh_backward, hardswish,
+// hardsigmoid, leaky_relu (and their in-place forms and backward),
+// threshold_backward (relu's), hardtanh, hardtanh_ (relu6: the clamp loop)
+// and hardtanh_backward (silu, sigmoid, reciprocal and their in-place
 // forms are pointwise.cpp's, which call launchActivation). Every other call
 // of them goes through the boxed fallback. (silu_backward has none: on mtia,
 // as on CUDA, autograd runs its composite, whose sigmoid is fused.)

@@ -153,9 +153,10 @@ float inDtype(double v, bool bf16) {
   return bf16 ? static_cast<float>(c10::BFloat16(f)) : static_cast<float>(c10::Half(f));
 }
 
-void activationLoop(Activation kind, bool bf16, const uint16_t* x, const uint16_t* g, uint16_t* out, int64_t n) {
-  if (wide()) avx512::run(kind, bf16, x, g, out, n);
-  else avx2::run(kind, bf16, x, g, out, n);
+void activationLoop(Activation kind, bool bf16, const uint16_t* x, const uint16_t* g, uint16_t* out, int64_t n,
+                    ActivationParams p) {
+  if (wide()) avx512::run(kind, bf16, x, g, out, n, p);
+  else avx2::run(kind, bf16, x, g, out, n, p);
 }
 
 void widenLoop(bool bf16, const uint16_t* x, float* out, int64_t n) {

@@ -29,8 +29,44 @@ enum class Activation {
   kSquare,           // pow(x, 2): CPU's fp16 pow runs a scalar loop (20-45x float32's time)
   kRelu,             // relu(x): CPU's bf16 relu converts each vector (1.4-1.5x float32's time)
   kLog,              // log(x): CPU's bf16/fp16 log 1.2-1.4x float32's time on an AVX2 host
+  // CPU's formulas (aten/src/ATen/native/cpu/Activation.cpp) in float32, so
+  // CPU's bits; on an AVX2 host CPU's bf16/fp16 kernels took 1.15-2.3x
+  // float32's time (1024x1024)
+  kReciprocal,            // 1 / x
+  kHardswish,             // x * min(max(x + 3, 0), 6) / 6, NaN kept
+  kHardsigmoid,           // min(max(x + 3, 0), 6) / 6, NaN kept
+  kLeakyRelu,             // x * (x > 0 ? 1 : p.a)
+  kHardswishBackward,     // (g, x): x <= -3 ? 0 : x >= 3 ? g : g * (x / 3 + 0.5)
+  kHardsigmoidBackward,   // (g, x): -3 < x < 3 ? g * (1 / 6) : 0
+  kLeakyReluBackward,     // (g, x): g * (x > 0 ? 1 : p.a)
+  kThresholdBackward,     // (g, x): x <= p.a ? 0 : g (relu's backward)
+  kHardtanhBackward,      // (g, x): p.a < x < p.b ? g : 0 (relu6's)
   kNumActivations
 };
+
+// An activation's numbers (leaky_relu's slope, a threshold, hardtanh's
+// bounds), as float32: CPU's kernels of bf16/fp16 convert them so.
+struct ActivationParams {
+  float a = 0.f, b = 0.f;
+};
+
+// Whether `kind` takes a gradient (the backward kinds: kind(g, x)).
+constexpr bool takesGrad(Activation kind) {
+  switch (kind) {
+    case Activation::kGeluBackward:
+    case Activation::kGeluTanhBackward:
+    case Activation::kSigmoidBackward:
+    case Activation::kTanhBackward:
+    case Activation::kHardswishBackward:
+    case Activation::kHardsigmoidBackward:
+    case Activation::kLeakyReluBackward:
+    case Activation::kThresholdBackward:
+    case Activation::kHardtanhBackward:
+      return true;
+    default:
+      return false;
+  }
+}
 
 // The instruction set of the loops: 16 float32 lanes (AVX-512 F+BW) where
 // the host has them and ATen's capability is AVX512, else 8 (AVX2, FMA,
@@ -68,7 +104,8 @@ int64_t leadingDims(const at::Tensor& x, at::IntArrayRef dim);
 
 // out[i] = kind(x[i]) (or kind(g[i], x[i])) for n elements, on the calling
 // thread; out may be x.
-void activationLoop(Activation kind, bool bf16, const uint16_t* x, const uint16_t* g, uint16_t* out, int64_t n);
+void activationLoop(Activation kind, bool bf16, const uint16_t* x, const uint16_t* g, uint16_t* out, int64_t n,
+                    ActivationParams p = {});
 
 // out[i] = x[i] for n elements on the calling thread: bf16/fp16 widened to
 // float32 exactly (widenLoop), float32 rounded to nearest even (narrowLoop).

@@ -38,7 +38,7 @@
 // float64 tensors and alpha 1 it runs one IEEE operation per element itself
 // (what CPU's kernel computes: `a + 1 * b` is `a + b` exactly). Every other
 // call goes through the boxed fallback unchanged, except bf16/fp16 sigmoid,
-// silu, relu, log and pow(x, 2) of more than GRAIN_SIZE elements where the fused kernel
+// silu, relu, log, reciprocal and pow(x, 2) of more than GRAIN_SIZE elements where the fused kernel
 // takes them (low_precision_activations.h), sum, mean, amax and amin of
 // all the elements of such tensors (low_precision_reductions.h) and their
 // comparisons (low_precision_comparisons.h).
@@ -208,7 +208,7 @@ constexpr bool floatOp() {
   return true;
 }
 
-// sigmoid, silu, relu and log of bf16/fp16 tensors on the float32 path: the
+// sigmoid, silu, relu, log and reciprocal of bf16/fp16 tensors on the float32 path: the
 // fused kernel of low_precision_activations.h (above GRAIN_SIZE elements).
 template <size_t I>
 constexpr std::optional<Activation> fusedKind() {
@@ -217,6 +217,7 @@ constexpr std::optional<Activation> fusedKind() {
   if (n == "silu") return Activation::kSilu;
   if (n == "relu") return Activation::kRelu;
   if (n == "log") return Activation::kLog;
+  if (n == "reciprocal") return Activation::kReciprocal;
   return std::nullopt;
 }
 
@@ -595,6 +596,14 @@ at::Tensor& maskedFill_(at::Tensor& self, const at::Tensor& mask, const c10::Sca
   return inplaceWithTensorAndNumber(h, "aten::masked_fill_", self, mask, value, plain);
 }
 
+// isnan: x != x (CPU's kernel), bf16/fp16 above GRAIN_SIZE through the
+// comparison loop, else the boxed path.
+at::Tensor isnan(const at::Tensor& x) {
+  static const c10::OperatorHandle h = handle("aten::isnan", "");
+  if (fusedComparison(x, x)) return fusedComparisonResult(Comparison::kNe, x, x);
+  return boxedFallbackCall(h, {x});
+}
+
 // ------------------------------------------------------- small reductions
 
 // A reduction of every element to a 0-dim result of the tensor's dtype: sum
@@ -947,7 +956,7 @@ const std::unordered_set<std::string>& unboxedOps() {
     for (const auto& b : kScalarOps) s.insert(qualified(b.name, b.overload));
     for (const char* n : {"sum", "any", "all", "amax", "amin", "clamp", "addcmul_", "addcdiv_", "lerp_.Scalar", "lerp.Scalar",
                           "bitwise_not", "logical_not", "where.self", "masked_fill_.Scalar", "sum.dim_IntList",
-                          "mean.dim"})
+                          "mean.dim", "isnan"})
       s.insert(n);
     s.insert(activationOps().begin(), activationOps().end());
     s.insert(reductionOps().begin(), reductionOps().end());
@@ -991,6 +1000,7 @@ TORCH_LIBRARY_IMPL(aten, MTIA, m) {
   m.impl("masked_fill_.Scalar", &maskedFill_);
   m.impl("sum.dim_IntList", &reduceDims<false>);
   m.impl("mean.dim", &reduceDims<true>);
+  m.impl("isnan", &isnan);
 }
 
 }  // namespace openmtia

@@ -263,3 +263,90 @@ def test_log_of_subnormals_and_in_place(dtype, mode):
     r = fused_calls(mode, lambda: m.log_())
     assert r is m
     torch.testing.assert_close(m.cpu(), got)
+
+
+# Piecewise activations, their backward and reciprocal: CPU's formulas in
+# float32, so CPU's bits; relu6/hardtanh are CPU's clamp (the clamp loop),
+# isnan CPU's x != x (the comparison loop).
+def loop_calls():
+    return C._fused_activation_calls() + C._fused_arithmetic_calls() + C._fused_comparison_calls()
+
+
+EXACT = {
+    "reciprocal": lambda g, x: torch.reciprocal(x),
+    "hardswish": lambda g, x: F.hardswish(x),
+    "hardsigmoid": lambda g, x: F.hardsigmoid(x),
+    "leaky_relu": lambda g, x: F.leaky_relu(x),
+    "leaky_relu negative slope": lambda g, x: F.leaky_relu(x, -0.3),
+    "relu6": lambda g, x: F.relu6(x),
+    "hardtanh": lambda g, x: F.hardtanh(x, -0.7, 0.33),
+    "hardswish_backward": lambda g, x: A.hardswish_backward(g, x),
+    "hardsigmoid_backward": lambda g, x: A.hardsigmoid_backward(g, x),
+    "leaky_relu_backward": lambda g, x: A.leaky_relu_backward(g, x, 0.1, False),
+    "leaky_relu_backward of the result": lambda g, x: A.leaky_relu_backward(g, x, 0.2, True),
+    "threshold_backward": lambda g, x: A.threshold_backward(g, x, 0),
+    "threshold_backward 0.1": lambda g, x: A.threshold_backward(g, x, 0.1),  # (0.1 in float32, as CPU's)
+    "hardtanh_backward": lambda g, x: A.hardtanh_backward(g, x, -0.7, 0.33),
+    "isnan": lambda g, x: torch.isnan(x),
+    "reciprocal_": lambda g, x: x.clone().reciprocal_(),
+    "hardswish_": lambda g, x: F.hardswish(x.clone(), inplace=True),
+    "hardsigmoid_": lambda g, x: F.hardsigmoid(x.clone(), inplace=True),
+    "leaky_relu_": lambda g, x: F.leaky_relu(x.clone(), 0.05, inplace=True),
+    "relu6_": lambda g, x: F.relu6(x.clone(), inplace=True),
+}
+
+
+def same_bits(got, want):
+    got = got.cpu()
+    assert got.dtype == want.dtype and got.shape == want.shape
+    if want.dtype == torch.bool:
+        assert torch.equal(got, want)
+        return
+    nan = want.isnan()
+    assert torch.equal(got.isnan(), nan)
+    assert torch.equal(got[~nan].view(torch.int16), want[~nan].view(torch.int16))
+
+
+@pytest.mark.parametrize("n", [GRAIN + 1, GRAIN + 33, max(C._parallel_work(), GRAIN) + 1])
+@pytest.mark.parametrize("op", EXACT)
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+def test_piecewise_activations_give_cpus_bits(op, dtype, n, mode):
+    special = [0.0, -0.0, float("inf"), -float("inf"), float("nan"), 3.0, -3.0, 2.99, -2.99, 6.0, 0.33, -0.7,
+               0.1, 1e-3, -1e-3, torch.finfo(dtype).max, -torch.finfo(dtype).max, torch.finfo(dtype).tiny]
+    if op == "hardswish_backward":
+        special = [v for v in special if v == v]  # (of NaN CPU's vector loop gives NaN, its scalar tail the gradient)
+    f = EXACT[op]
+    for seed in (0, 1):  # (the signature's first call, then a later one)
+        gen = torch.Generator().manual_seed(seed)
+        x = torch.randn(n, generator=gen) * 4
+        x[: len(special) * 16] = torch.tensor(special).repeat(16)
+        g = torch.randn(n, generator=gen)
+        g[::7] = float("nan")
+        g, x = g.to(dtype), x.to(dtype)
+        before = loop_calls()
+        got = f(g.to("mtia"), x.to("mtia"))
+        torch.mtia.synchronize()
+        assert (loop_calls() > before) == (mode == "float32")
+        same_bits(got, f(g, x))
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+def test_piecewise_activations_raise_cpus_errors_and_train(dtype, mode):
+    x = torch.randn(GRAIN + 5).to(dtype)
+    with pytest.raises(RuntimeError, match="In-place leakyReLu backward calculation is triggered with a negative slope"):
+        A.leaky_relu_backward(x.to("mtia"), x.to("mtia"), -0.1, True)
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        A.hardswish_backward(x, x.to("mtia"))
+    # autograd through each of them (their backward kernels), against CPU
+    gen = torch.Generator().manual_seed(5)
+    x = (torch.randn(GRAIN + 77, generator=gen) * 4).to(dtype)
+    g = torch.randn(GRAIN + 77, generator=gen).to(dtype)
+    for act in (F.hardswish, F.hardsigmoid, F.leaky_relu, F.relu6, torch.relu):
+        results = []
+        for device in ("cpu", "mtia"):
+            xd = x.to(device).detach().clone().requires_grad_()
+            y = act(xd)
+            y.backward(g.to(device))
+            results.append((y.detach(), xd.grad))
+        for got, want in zip(results[1], results[0]):
+            same_bits(got, want)

@@ -20,6 +20,11 @@
 //    promotion gives it); in-place, the operands do not partly overlap; an
 //    integer tensor's true division (by such a tensor or a number) and its
 //    add, sub, mul with a Python float make a result of the default dtype;
+//    a number minus such a tensor (rsub, `7.5 - x`) too; two tensors of
+//    the same sizes and different dtypes (`x * mask`: mixed) make their
+//    promoted dtype (in place: where self's dtype can hold it);
+//  - floor_divide (`x // y`) of two such tensors (not bool) or a tensor and
+//    a number of its kind (a nonzero int, or a float for a floating one);
 //  - maximum, minimum, atan2, ... of two such tensors (kBinaryOps), the six
 //    comparisons (a bool result; the other operand such a tensor or a
 //    number), pow, clamp, clamp_min/max, fmod, remainder with numbers
@@ -30,8 +35,8 @@
 //    tensors alike, none partly overlapping self);
 //  - bitwise_and/or/xor and bitwise_not of integer and bool tensors,
 //    logical_not (all of one shape), where(bool condition, two tensors of
-//    one dtype: the three broadcast) and masked_fill_ with a number (a bool
-//    mask that broadcasts to self);
+//    one dtype: the three broadcast) and masked_fill_ with a number that
+//    fits self's dtype as it is (a bool mask that broadcasts to self);
 //  - sum and mean over dimensions (the result contiguous, reduced sizes).
 // The task runs CPU's own kernel (its out= or in-place overload) over CPU
 // tensors on the operands' memory, so results are CPU's bit for bit; for two float32 or
@@ -45,6 +50,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/EmptyTensor.h>
 #include <ATen/MemoryOverlap.h>
+#include <ATen/ops/result_type.h>
 #include <ATen/ops/from_blob.h>
 #include <ATen/TensorIterator.h>
 #include <torch/library.h>
@@ -572,14 +578,39 @@ at::Tensor where(const at::Tensor& cond, const at::Tensor& a, const at::Tensor& 
   return out;
 }
 
-// masked_fill_(self, mask, number): a floating self, a bool mask of its sizes
-// (not sharing its memory).
+// Whether CPU's masked_fill_ takes `value` into a tensor of `dtype` as it is:
+// a real number into a floating tensor; an integer in the dtype's range into
+// an integer tensor; a bool into a bool tensor. (Other values keep the boxed
+// path: CPU's conversion and its errors, at the call.)
+bool fillValueFits(at::ScalarType dtype, const c10::Scalar& value) {
+  if (floatingDtype(dtype)) return !value.isComplex();
+  if (dtype == at::kBool) return value.isBoolean();
+  if (!integralDtype(dtype) || !value.isIntegral(false)) return false;
+  const int64_t v = value.toLong();
+  switch (dtype) {
+    case at::kByte:
+      return v >= 0 && v <= 255;
+    case at::kChar:
+      return v >= -128 && v <= 127;
+    case at::kShort:
+      return v >= -32768 && v <= 32767;
+    case at::kInt:
+      return v >= INT32_MIN && v <= INT32_MAX;
+    default:
+      return true;
+  }
+}
+
+// masked_fill_(self, mask, number): a self of any dtype of the plain case
+// with a number that fits it (fillValueFits), a bool mask that broadcasts to
+// its sizes (not sharing its memory).
 at::Tensor& maskedFill_(at::Tensor& self, const at::Tensor& mask, const c10::Scalar& value) {
   static const c10::OperatorHandle h = handle("aten::masked_fill_", "Scalar");
   // (a mask that broadcasts to self's sizes, as CPU's kernel expands it)
   const auto sizes = broadcastSizes({&self, &mask});
-  const bool plain = small(self) && small(mask, Dtypes::kAny) && mask.scalar_type() == at::kBool &&
-                     mask.device() == self.device() && sizes && self.sizes().equals(*sizes) && !value.isComplex() &&
+  const bool plain = small(self, Dtypes::kAny) && fillValueFits(self.scalar_type(), value) &&
+                     small(mask, Dtypes::kAny) && mask.scalar_type() == at::kBool &&
+                     mask.device() == self.device() && sizes && self.sizes().equals(*sizes) &&
                      at::get_overlap_status(self, mask) == at::MemOverlapStatus::No;
   if (plain && !mask.sizes().equals(self.sizes())) {  // a mask that broadcasts: each in its own sizes
     launchOnCurrentStream(self.device().index(), "aten::masked_fill_",
@@ -780,7 +811,8 @@ void launchLoop(const at::Tensor& a, const at::Tensor& b, const at::Tensor& out,
 }
 
 bool ownLoop(const at::Tensor& a, const at::Tensor& b) {
-  return b.device().type() == kMTIA && (a.scalar_type() == at::kFloat || a.scalar_type() == at::kDouble);
+  return b.device().type() == kMTIA && a.scalar_type() == b.scalar_type() &&
+         (a.scalar_type() == at::kFloat || a.scalar_type() == at::kDouble);
 }
 
 // The overloads of one binary op: functional, out= and in-place (.Tensor).
@@ -857,6 +889,23 @@ struct Binary {
     return float_number && small(a, Dtypes::kIntegral);
   }
 
+  // Two tensors of the plain case, one device and sizes, of different
+  // dtypes (`x * mask`, int32 + int64): the result of their promoted dtype
+  // (CPU's type promotion; integer true division: the default dtype), which
+  // CPU's out= kernel computes. Not bool with sub (CPU raises), alpha an
+  // integer where the result is integral; nothing otherwise.
+  static std::optional<at::ScalarType> mixed(const at::Tensor& a, const at::Tensor& b, const c10::Scalar& alpha) {
+    if (!a.defined() || !b.defined() || number(a) || number(b) || rejected(b, alpha)) return std::nullopt;
+    if (a.scalar_type() == b.scalar_type() || !small(a, Dtypes::kAny) || !small(b, Dtypes::kAny) ||
+        a.device() != b.device() || !a.sizes().equals(b.sizes()))
+      return std::nullopt;
+    if (op == Op::kSub && (a.scalar_type() == at::kBool || b.scalar_type() == at::kBool)) return std::nullopt;
+    at::ScalarType r = at::result_type(a, b);
+    if (op == Op::kDiv && !floatingDtype(r)) r = defaultFloat();
+    if (!floatingDtype(r) && !alpha.isIntegral(false)) return std::nullopt;
+    return r;
+  }
+
   // bf16/fp16 tensors above GRAIN_SIZE with a tensor alike or a number: the
   // vector loops (low_precision_arithmetic.h); false if not taken
   static constexpr Arithmetic kArithmetic = op == Op::kAdd   ? Arithmetic::kAdd
@@ -871,25 +920,48 @@ struct Binary {
     launchArithmetic(kArithmetic, a, num ? at::Tensor() : b, num ? b.item<double>() : 0.0, alpha, out);
   }
 
+  // number - alpha * tensor (rsub: `7.5 - x`): bf16/fp16 above GRAIN_SIZE
+  // through the loops; a floating tensor, or an integer one with a Python
+  // int (the result of its dtype) or float (of the default dtype), alpha an
+  // integer, through CPU's kernel in the task; else (a bool number, tensor
+  // or alpha: CPU's errors) the boxed path.
+  static at::Tensor reversed(const at::Tensor& s, const at::Tensor& x, const c10::Scalar& alpha) {
+    const bool allowed = s.scalar_type() != at::kBool && !rejected(s, alpha) && x.defined();
+    if (allowed && fusedArithmetic(x, at::Tensor(), alpha))
+      return launchedLike(x, [&](const at::Tensor& out) {
+        launchArithmetic(Arithmetic::kRsub, x, at::Tensor(), s.item<double>(), alpha, out);
+      });
+    std::optional<at::ScalarType> result;
+    if (allowed && floatingDtype(x.scalar_type()) && small(x)) {
+      result = x.scalar_type();
+    } else if (allowed && integralDtype(x.scalar_type()) && alpha.isIntegral(false) && small(x, Dtypes::kIntegral)) {
+      if (s.scalar_type() == at::kLong) result = x.scalar_type();
+      else if (s.scalar_type() == at::kDouble) result = defaultFloat();
+    }
+    if (!result) return boxedFallbackCall(functional(), {s, x, alpha});
+    c10::DeviceGuard guard(x.device());
+    at::Tensor out = emptyDevice(x.sizes(), *result);
+    launchOnCurrentStream(x.device().index(), name(), [y = Operand(s), t = Operand(x), alpha, res = Operand(out)] {
+      cpu(y.host(), t.host(), alpha, res.host());
+    });
+    return out;
+  }
+
   static at::Tensor call(const at::Tensor& a, const at::Tensor& b, const c10::Scalar& alpha) {
     if constexpr (op == Op::kSub) {
-      // number - tensor (rsub: `1 - x`): s - alpha * x through the loops (a
-      // bool number or alpha: CPU's error, from the boxed path)
-      if (number(a) && a.scalar_type() != at::kBool && !number(b) && !rejected(a, alpha) &&
-          fusedArithmetic(b, at::Tensor(), alpha))
-        return launchedLike(b, [&](const at::Tensor& out) {
-          launchArithmetic(Arithmetic::kRsub, b, at::Tensor(), a.item<double>(), alpha, out);
-        });
+      if (number(a) && !number(b)) return reversed(a, b, alpha);
     }
     if (fused(a, b, alpha)) return launchedLike(a, [&](const at::Tensor& out) { launchFused(a, b, alpha, out); });
     const bool promoted = promotedToFloat(a, b, alpha);
-    if (!promoted && !plain(a, b, alpha)) {
+    const std::optional<at::ScalarType> mixed_dtype = promoted ? std::nullopt : mixed(a, b, alpha);
+    if (!promoted && !mixed_dtype && !plain(a, b, alpha)) {
       if constexpr (kAlpha) return boxedFallbackCall(functional(), {a, b, alpha});
       else return boxedFallbackCall(functional(), {a, b});
     }
     c10::DeviceGuard guard(a.device());
-    at::Tensor out = promoted ? emptyDevice(a.sizes(), defaultFloat())
-                              : emptyDeviceLike(a);
+    at::Tensor out = promoted      ? emptyDevice(a.sizes(), defaultFloat())
+                     : mixed_dtype ? emptyDevice(a.sizes(), *mixed_dtype)
+                                   : emptyDeviceLike(a);
     if (isOne(alpha) && ownLoop(a, b)) {
       launchLoop<op>(a, b, out, name());
     } else {
@@ -908,7 +980,10 @@ struct Binary {
       launchFused(self, other, alpha, self);
       return self;
     }
-    if (!plain(self, other, alpha) || partial) {
+    // (mixed dtypes: a result type self can hold, as CPU's check has it)
+    const auto mixed_dtype = mixed(self, other, alpha);
+    const bool castable = mixed_dtype && at::canCast(*mixed_dtype, self.scalar_type());
+    if ((!plain(self, other, alpha) && !castable) || partial) {
       if constexpr (kAlpha) boxedFallbackCall(inplace(), {self, other, alpha});
       else boxedFallbackCall(inplace(), {self, other});
       return self;
@@ -942,6 +1017,41 @@ at::Tensor& sub_(at::Tensor& a, const at::Tensor& b, const c10::Scalar& alpha) {
 at::Tensor& mul_(at::Tensor& a, const at::Tensor& b) { return Binary<Op::kMul>::callInplace(a, b, 1); }
 at::Tensor& div_(at::Tensor& a, const at::Tensor& b) { return Binary<Op::kDiv>::callInplace(a, b, 1); }
 
+// rsub(self, other, alpha) = other - alpha * self (CPU's rsub is that sub):
+// a Python number `other` (`7.5 - x`) through sub's unboxed path.
+at::Tensor rsub(const at::Tensor& self, const at::Tensor& other, const c10::Scalar& alpha) {
+  static const c10::OperatorHandle h = handle("aten::rsub", "Tensor");
+  if (number(other) && !number(self)) return Binary<Op::kSub>::call(other, self, alpha);
+  return boxedFallbackCall(h, {self, other, alpha});
+}
+
+// floor_divide (`x // y`): a floating or integer tensor and a tensor alike,
+// or a Python number of its kind (a float for a floating tensor, a nonzero
+// int for either: the result keeps the tensor's dtype). An integer tensor's
+// zero divisor raises in the task (at the next synchronize, as any error of
+// the device's data); a zero number keeps the boxed path.
+at::Tensor floorDivide(const at::Tensor& a, const at::Tensor& b) {
+  static const c10::OperatorHandle h = handle("aten::floor_divide", "");
+  bool plain = false;
+  if (number(b) && a.defined()) {
+    const bool nonzero_int = b.scalar_type() == at::kLong && b.item<int64_t>() != 0;
+    if (floatingDtype(a.scalar_type())) plain = small(a) && (nonzero_int || b.scalar_type() == at::kDouble);
+    else plain = integralDtype(a.scalar_type()) && nonzero_int && small(a, Dtypes::kIntegral);
+  } else {
+    plain = alike(a, b, Dtypes::kIntegral);
+  }
+  if (!plain) return boxedFallbackCall(h, {a, b});
+  c10::DeviceGuard guard(a.device());
+  at::Tensor out = emptyDeviceLike(a);
+  launchOnCurrentStream(a.device().index(), "aten::floor_divide", [x = Operand(a), y = Operand(b), res = Operand(out)] {
+    static const auto op =
+        handle("aten::floor_divide", "out").typed<at::Tensor&(const at::Tensor&, const at::Tensor&, at::Tensor&)>();
+    at::Tensor o = res.host();
+    op.redispatch(kCPUKeys, x.host(), y.host(), o);
+  });
+  return out;
+}
+
 }  // namespace
 
 const std::unordered_set<std::string>& unboxedOps() {
@@ -956,7 +1066,7 @@ const std::unordered_set<std::string>& unboxedOps() {
     for (const auto& b : kScalarOps) s.insert(qualified(b.name, b.overload));
     for (const char* n : {"sum", "any", "all", "amax", "amin", "clamp", "addcmul_", "addcdiv_", "lerp_.Scalar", "lerp.Scalar",
                           "bitwise_not", "logical_not", "where.self", "masked_fill_.Scalar", "sum.dim_IntList",
-                          "mean.dim", "isnan"})
+                          "mean.dim", "isnan", "rsub.Tensor", "floor_divide"})
       s.insert(n);
     s.insert(activationOps().begin(), activationOps().end());
     s.insert(reductionOps().begin(), reductionOps().end());
@@ -1001,6 +1111,8 @@ TORCH_LIBRARY_IMPL(aten, MTIA, m) {
   m.impl("sum.dim_IntList", &reduceDims<false>);
   m.impl("mean.dim", &reduceDims<true>);
   m.impl("isnan", &isnan);
+  m.impl("rsub.Tensor", &rsub);
+  m.impl("floor_divide", &floorDivide);
 }
 
 }  // namespace openmtia

@@ -448,7 +448,7 @@ def test_other_masked_fill_calls_keep_the_boxed_path_with_cpus_results_and_error
     x = torch.randn(6, 5)
     mask = x > 0
     for case in (lambda t, m: t.t().masked_fill(m.t(), 2.0),  # non-contiguous
-                 lambda t, m: t.long().masked_fill(m, 7),  # integer self
+                 lambda t, m: t.long().masked_fill(m, 7.5),  # integer self, a float value (CPU converts)
                  lambda t, m: t.masked_fill(m, torch.tensor(4.0, device=t.device))):  # a tensor value
         expected = case(x, mask)
         got = case(x.to("mtia"), mask.to("mtia")).cpu()
@@ -623,3 +623,96 @@ def test_where_and_masked_fill_that_do_not_broadcast_raise_cpus_errors_at_the_ca
             bad(x.to("mtia"), c.to("mtia"))
         assert str(cpu_error.value).split("\n")[0] in str(mtia_error.value)
     torch.mtia.synchronize()
+
+
+@pytest.mark.parametrize("dtype", INTEGRAL + [torch.bool], ids=str)
+def test_masked_fill_of_integer_and_bool_self_takes_the_unboxed_path_with_cpus_bits(dtype):
+    x = integers(45, dtype, 0) if dtype != torch.bool else torch.arange(45) % 3 == 0
+    mask = torch.tensor([True, False, True, True, False] * 9)
+    info = torch.iinfo(dtype) if dtype != torch.bool else None
+    values = (True, False) if dtype == torch.bool else (0, -1 if info.min < 0 else 1, info.min, info.max)
+    for value in values:
+        unboxed_equals_cpu(lambda t, m: t.clone().masked_fill_(m, value) if t.device.type == "cpu"
+                           else t.masked_fill_(m, value), x, mask)
+    unboxed_equals_cpu(lambda t, m: t.clone().masked_fill_(m, values[1]) if t.device.type == "cpu"
+                       else t.masked_fill_(m, values[1]), x.view(5, 9), mask[:9])  # a mask that broadcasts
+    if dtype not in (torch.bool, torch.int64):  # out of the dtype's range: CPU's error, at the call
+        with pytest.raises(RuntimeError, match="value cannot be converted to type .* without overflow"):
+            x.to("mtia").masked_fill_(mask.to("mtia"), info.max + 1)
+
+
+@pytest.mark.parametrize("dtype", FLOATING + INTEGRAL, ids=str)
+def test_a_number_minus_a_tensor_takes_the_unboxed_path_with_cpus_bits(dtype):
+    x = special_values(45, torch.float32).to(dtype) if dtype.is_floating_point else integers(45, dtype, 0)
+    for number in (7, -3, 0.5, 2.25) if dtype.is_floating_point or dtype == torch.int64 else (7, 0.5):
+        unboxed_equals_cpu(lambda t: number - t, x)  # rsub: a float number makes an integer tensor's a float
+        unboxed_equals_cpu(lambda t: torch.rsub(t, number, alpha=2), x)
+
+
+def test_a_number_minus_a_bool_tensor_raises_cpus_error_at_the_call():
+    b = torch.tensor([True, False] * 5)
+    with pytest.raises(RuntimeError, match="Subtraction, the `-` operator, with a bool tensor is not supported"):
+        1 - b.to("mtia")
+    with pytest.raises(RuntimeError, match="For integral input tensors, argument alpha must not be a floating"):
+        torch.rsub(torch.arange(4, device="mtia"), 1, alpha=0.5)
+    assert torch.equal((1.5 - b.float().to("mtia")).cpu(), 1.5 - b.float())  # the device stays usable
+
+
+@pytest.mark.parametrize("dtype", FLOATING + INTEGRAL, ids=str)
+def test_floor_division_takes_the_unboxed_path_with_cpus_bits(dtype):
+    if dtype.is_floating_point:
+        x, y = special_values(45, torch.float32).to(dtype), special_values(45, torch.float32).flip(0).to(dtype)
+        numbers = (3, -2, 0.75, -1.5)
+    else:
+        x, y = integers(45, dtype, 0), integers(45, dtype, 1)
+        y[y == 0] = 3
+        numbers = (3, -2) if dtype != torch.uint8 else (3, 7)
+    unboxed_equals_cpu(lambda a, b: a // b, x, y)
+    for number in numbers:
+        unboxed_equals_cpu(lambda a: a // number, x)
+
+
+def test_floor_division_by_zero_raises_as_on_cpu():
+    x = torch.arange(-5, 5)
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):  # a zero number: at the call
+        x.to("mtia") // 0
+    y = torch.tensor([1, 2, 0, 3, 1, 2, 1, 1, 1, 1])
+    z = x.to("mtia") // y.to("mtia")  # a zero element: device data, at the next synchronize
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        torch.mtia.synchronize()
+    del z
+    assert torch.equal((x.to("mtia") // 2).cpu(), x // 2)  # the device stays usable
+
+
+MIXED = [(torch.float32, torch.bool), (torch.bool, torch.float32), (torch.int32, torch.int64), (torch.float32, torch.float64),
+         (torch.bfloat16, torch.float32), (torch.float16, torch.bfloat16), (torch.uint8, torch.int8), (torch.int64, torch.float16),
+         (torch.bool, torch.int16)]
+
+
+def mixed_operand(dtype, seed):
+    if dtype == torch.bool:
+        return torch.arange(45) % (2 + seed) == 0
+    return special_values(45, torch.float32).to(dtype) if dtype.is_floating_point else integers(45, dtype, seed)
+
+
+@pytest.mark.parametrize("dtypes", MIXED, ids=str)
+def test_binary_ops_of_mixed_dtypes_take_the_unboxed_path_with_cpus_bits(dtypes):
+    x, y = mixed_operand(dtypes[0], 0), mixed_operand(dtypes[1], 1)
+    y = torch.where(y == 0, torch.ones((), dtype=y.dtype), y) if y.dtype != torch.bool else y
+    for fn in (torch.add, torch.mul, torch.div, lambda a, b: torch.add(a, b, alpha=2)):
+        unboxed_equals_cpu(fn, x, y)
+    if torch.bool not in dtypes:
+        unboxed_equals_cpu(torch.sub, x, y)
+    if torch.can_cast(torch.result_type(x, y), x.dtype):  # in place: where self's dtype holds the result
+        unboxed_equals_cpu(lambda a, b: a.clone().mul_(b) if a.device.type == "cpu" else a.mul_(b), x, y)
+
+
+def test_mixed_dtypes_that_raise_on_cpu_raise_at_the_call():
+    i, f, b = torch.arange(6), torch.ones(6), torch.ones(6, dtype=torch.bool)
+    cases = [(lambda a, c: a.add_(c), i, f, "result type Float can't be cast to the desired output type Long"),
+             (lambda a, c: a - c, f, b, "Subtraction, the `-` operator, with a bool tensor is not supported"),
+             (lambda a, c: a.div_(c), i, i.int(), "result type Float can't be cast to the desired output type Long")]
+    for fn, a, c, message in cases:
+        with pytest.raises(RuntimeError, match=message):
+            fn(a.to("mtia"), c.to("mtia"))
+    assert torch.equal((i.to("mtia") * f.to("mtia")).cpu(), i * f)  # the device stays usable

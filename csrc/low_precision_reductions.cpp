@@ -16,6 +16,7 @@
 
 #include "common.h"
 #include "low_precision_kernels.h"
+#include "small_ops.h"
 
 namespace openmtia {
 namespace {
@@ -210,6 +211,7 @@ at::Tensor argExtremum(const at::Tensor& x, std::optional<int64_t> dim, bool kee
   // (dim: the last one; none: every element)
   if ((!dim || trailingDims(x, *dim) == 1) && fusedReduction(x))
     return fusedArgResult(kMax, x, dim ? 1 : x.dim(), keepdim);
+  if (auto small = smallArgExtremum(kMax, x, dim, keepdim)) return *small;
   return boxedFallbackCall(op, {x, dim, keepdim});
 }
 
@@ -273,8 +275,10 @@ at::Tensor cumulative(const at::Tensor& x, int64_t dim, std::optional<at::Scalar
   static const c10::OperatorHandle op =
       c10::Dispatcher::singleton().findSchemaOrThrow(kProd ? "aten::cumprod" : "aten::cumsum", "");
   if ((dtype && *dtype != x.scalar_type()) || x.dim() == 0 || trailingDims(x, dim) != 1 || x.numel() == 0 ||
-      !fusedReduction(x))
+      !fusedReduction(x)) {
+    if (auto small = smallCumulative(kProd, x, dim, dtype)) return *small;
     return boxedFallbackCall(op, {x, dim, dtype});
+  }
   c10::DeviceGuard guard(x.device());
   at::Tensor out = emptyDeviceLike(x);
   g_calls.fetch_add(1, std::memory_order_relaxed);

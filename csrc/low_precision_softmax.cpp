@@ -9,6 +9,7 @@
 
 #include "common.h"
 #include "low_precision_kernels.h"
+#include "small_ops.h"
 
 namespace openmtia {
 namespace {
@@ -19,8 +20,10 @@ template <bool kLog>
 at::Tensor backward(const at::Tensor& grad, const at::Tensor& out, int64_t dim, at::ScalarType input_dtype) {
   static const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow(
       kLog ? "aten::_log_softmax_backward_data" : "aten::_softmax_backward_data", "");
-  if (trailingDims(out, dim) != 1 || input_dtype != out.scalar_type() || !loopsTake(out, grad))
+  if (trailingDims(out, dim) != 1 || input_dtype != out.scalar_type() || !loopsTake(out, grad)) {
+    if (auto small = smallSoftmaxBackward(kLog, grad, out, dim, input_dtype)) return *small;
     return boxedFallbackCall(op, {grad, out, dim, input_dtype});
+  }
   c10::DeviceGuard guard(out.device());
   at::Tensor result = emptyDeviceLike(out);
   g_calls.fetch_add(1, std::memory_order_relaxed);
@@ -46,7 +49,10 @@ template <bool kLog>
 at::Tensor forward(const at::Tensor& x, int64_t dim, bool half_to_float) {
   static const c10::OperatorHandle op =
       c10::Dispatcher::singleton().findSchemaOrThrow(kLog ? "aten::_log_softmax" : "aten::_softmax", "");
-  if (half_to_float || trailingDims(x, dim) != 1 || !loopsTake(x)) return boxedFallbackCall(op, {x, dim, half_to_float});
+  if (half_to_float || trailingDims(x, dim) != 1 || !loopsTake(x)) {
+    if (auto small = smallSoftmax(kLog, x, dim, half_to_float)) return *small;
+    return boxedFallbackCall(op, {x, dim, half_to_float});
+  }
   c10::DeviceGuard guard(x.device());
   at::Tensor result = emptyDeviceLike(x);
   g_calls.fetch_add(1, std::memory_order_relaxed);

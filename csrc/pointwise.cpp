@@ -71,6 +71,7 @@
 #include "low_precision_reductions.h"
 #include "low_precision_softmax.h"
 #include "operand.h"
+#include "small_ops.h"
 
 namespace openmtia {
 namespace {
@@ -1052,7 +1053,131 @@ at::Tensor floorDivide(const at::Tensor& a, const at::Tensor& b) {
   return out;
 }
 
+// dim wrapped into [0, ndim) (a 0-dim tensor takes 0 and -1), or nothing
+// where it is out of range (CPU's error: the boxed path).
+std::optional<int64_t> wrapDim(int64_t dim, int64_t ndim) {
+  const int64_t n = std::max<int64_t>(ndim, 1);
+  if (dim < -n || dim >= n) return std::nullopt;
+  return dim < 0 ? dim + n : dim;
+}
+
+// max() and min() of every element: a 0-dim result of the tensor's dtype
+// (CPU's max.unary_out in the task).
+template <bool kMax>
+at::Tensor extremumAll(const at::Tensor& x) {
+  static constexpr const char* name = kMax ? "aten::max" : "aten::min";
+  static const c10::OperatorHandle h = handle(name, "");
+  if (!small(x, Dtypes::kAny)) return boxedFallbackCall(h, {x});
+  c10::DeviceGuard guard(x.device());
+  at::Tensor out = emptyDevice({}, x.scalar_type());
+  launchOnCurrentStream(x.device().index(), name, [in = Operand(x), res = Operand(out)] {
+    static const auto op = handle(name, "unary_out").typed<at::Tensor&(const at::Tensor&, at::Tensor&)>();
+    at::Tensor o = at::from_blob(res.ptr, {}, at::TensorOptions().dtype(res.dtype));
+    op.redispatch(kCPUKeys, in.host(), o);
+  });
+  return out;
+}
+
+// index_select(self, dim, index): self of any dtype of the plain case, a
+// 1-D (or 0-dim) int64/int32 index on its device; the result (self's sizes,
+// dim's the index's count) no larger than GRAIN_SIZE.
+at::Tensor indexSelect(const at::Tensor& x, int64_t dim, const at::Tensor& index) {
+  static const c10::OperatorHandle h = handle("aten::index_select", "");
+  const auto d = wrapDim(dim, x.dim());
+  const bool plain = d && x.dim() > 0 && small(x, Dtypes::kAny) && small(index, Dtypes::kIntegral) &&
+                     (index.scalar_type() == at::kLong || index.scalar_type() == at::kInt) && index.dim() <= 1 &&
+                     index.device() == x.device() &&
+                     x.numel() / x.size(*d) * index.numel() <= at::internal::GRAIN_SIZE;
+  if (!plain) return boxedFallbackCall(h, {x, dim, index});
+  std::vector<int64_t> sizes = x.sizes().vec();
+  sizes[*d] = index.numel();
+  c10::DeviceGuard guard(x.device());
+  at::Tensor out = emptyDevice(sizes, x.scalar_type());
+  launchOnCurrentStream(x.device().index(), "aten::index_select",
+                        [in = Operand(x), xs = x.sizes().vec(), i = Operand(index), d = *d, res = Operand(out), sizes] {
+                          static const auto op = handle("aten::index_select", "out")
+                                                     .typed<at::Tensor&(const at::Tensor&, int64_t, const at::Tensor&,
+                                                                        at::Tensor&)>();
+                          at::Tensor o = res.host(sizes);
+                          op.redispatch(kCPUKeys, in.host(xs), d, i.host(), o);
+                        });
+  return out;
+}
+
 }  // namespace
+
+std::optional<at::Tensor> smallSoftmax(bool log, const at::Tensor& x, int64_t dim, bool half_to_float) {
+  if (half_to_float || !small(x) || !wrapDim(dim, x.dim())) return std::nullopt;
+  c10::DeviceGuard guard(x.device());
+  at::Tensor out = emptyDeviceLike(x);
+  launchOnCurrentStream(x.device().index(), log ? "aten::_log_softmax" : "aten::_softmax",
+                        [log, in = Operand(x), sizes = x.sizes().vec(), dim, res = Operand(out)] {
+                          using Out = at::Tensor&(const at::Tensor&, int64_t, bool, at::Tensor&);
+                          static const auto softmax = handle("aten::_softmax", "out").typed<Out>();
+                          static const auto log_softmax = handle("aten::_log_softmax", "out").typed<Out>();
+                          at::Tensor o = res.host(sizes);
+                          (log ? log_softmax : softmax).redispatch(kCPUKeys, in.host(sizes), dim, false, o);
+                        });
+  return out;
+}
+
+std::optional<at::Tensor> smallSoftmaxBackward(bool log, const at::Tensor& grad, const at::Tensor& output, int64_t dim,
+                                               at::ScalarType input_dtype) {
+  if (!alike(grad, output) || input_dtype != output.scalar_type() || !wrapDim(dim, output.dim())) return std::nullopt;
+  c10::DeviceGuard guard(output.device());
+  at::Tensor out = emptyDeviceLike(output);
+  launchOnCurrentStream(
+      output.device().index(), log ? "aten::_log_softmax_backward_data" : "aten::_softmax_backward_data",
+      [log, g = Operand(grad), y = Operand(output), sizes = output.sizes().vec(), dim, input_dtype, res = Operand(out)] {
+        using Out = at::Tensor&(const at::Tensor&, const at::Tensor&, int64_t, at::ScalarType, at::Tensor&);
+        static const auto softmax = handle("aten::_softmax_backward_data", "out").typed<Out>();
+        static const auto log_softmax = handle("aten::_log_softmax_backward_data", "out").typed<Out>();
+        at::Tensor o = res.host(sizes);
+        (log ? log_softmax : softmax).redispatch(kCPUKeys, g.host(sizes), y.host(sizes), dim, input_dtype, o);
+      });
+  return out;
+}
+
+std::optional<at::Tensor> smallCumulative(bool prod, const at::Tensor& x, int64_t dim,
+                                          std::optional<at::ScalarType> dtype) {
+  if (!x.defined() || !wrapDim(dim, x.dim())) return std::nullopt;
+  std::optional<at::ScalarType> result;
+  if (floatingDtype(x.scalar_type()) && small(x) && (!dtype || *dtype == x.scalar_type())) result = x.scalar_type();
+  else if (!floatingDtype(x.scalar_type()) && small(x, Dtypes::kAny) && (!dtype || *dtype == at::kLong)) result = at::kLong;
+  if (!result) return std::nullopt;
+  c10::DeviceGuard guard(x.device());
+  at::Tensor out = emptyDevice(x.sizes(), *result);
+  launchOnCurrentStream(x.device().index(), prod ? "aten::cumprod" : "aten::cumsum",
+                        [prod, in = Operand(x), sizes = x.sizes().vec(), dim, res = Operand(out)] {
+                          using Out = at::Tensor&(const at::Tensor&, int64_t, std::optional<at::ScalarType>, at::Tensor&);
+                          static const auto cumsum = handle("aten::cumsum", "out").typed<Out>();
+                          static const auto cumprod = handle("aten::cumprod", "out").typed<Out>();
+                          at::Tensor o = res.host(sizes);
+                          (prod ? cumprod : cumsum).redispatch(kCPUKeys, in.host(sizes), dim, std::nullopt, o);
+                        });
+  return out;
+}
+
+std::optional<at::Tensor> smallArgExtremum(bool max, const at::Tensor& x, std::optional<int64_t> dim, bool keepdim) {
+  const auto d = dim ? wrapDim(*dim, x.dim()) : std::optional<int64_t>(0);
+  if (!x.defined() || !d || !small(x, Dtypes::kIntegral)) return std::nullopt;
+  std::vector<int64_t> sizes;
+  for (int64_t k = 0; k < x.dim(); ++k) {
+    if (dim && k != *d) sizes.push_back(x.size(k));
+    else if (keepdim) sizes.push_back(1);
+  }
+  c10::DeviceGuard guard(x.device());
+  at::Tensor out = emptyDevice(sizes, at::kLong);
+  launchOnCurrentStream(x.device().index(), max ? "aten::argmax" : "aten::argmin",
+                        [max, in = Operand(x), xs = x.sizes().vec(), dim, keepdim, res = Operand(out), sizes] {
+                          using Out = at::Tensor&(const at::Tensor&, std::optional<int64_t>, bool, at::Tensor&);
+                          static const auto argmax = handle("aten::argmax", "out").typed<Out>();
+                          static const auto argmin = handle("aten::argmin", "out").typed<Out>();
+                          at::Tensor o = res.host(sizes);
+                          (max ? argmax : argmin).redispatch(kCPUKeys, in.host(xs), dim, keepdim, o);
+                        });
+  return out;
+}
 
 const std::unordered_set<std::string>& unboxedOps() {
   static const std::unordered_set<std::string> ops = [] {
@@ -1066,7 +1191,7 @@ const std::unordered_set<std::string>& unboxedOps() {
     for (const auto& b : kScalarOps) s.insert(qualified(b.name, b.overload));
     for (const char* n : {"sum", "any", "all", "amax", "amin", "clamp", "addcmul_", "addcdiv_", "lerp_.Scalar", "lerp.Scalar",
                           "bitwise_not", "logical_not", "where.self", "masked_fill_.Scalar", "sum.dim_IntList",
-                          "mean.dim", "isnan", "rsub.Tensor", "floor_divide"})
+                          "mean.dim", "isnan", "rsub.Tensor", "floor_divide", "max", "min", "index_select"})
       s.insert(n);
     s.insert(activationOps().begin(), activationOps().end());
     s.insert(reductionOps().begin(), reductionOps().end());
@@ -1113,6 +1238,9 @@ TORCH_LIBRARY_IMPL(aten, MTIA, m) {
   m.impl("isnan", &isnan);
   m.impl("rsub.Tensor", &rsub);
   m.impl("floor_divide", &floorDivide);
+  m.impl("max", &extremumAll<true>);
+  m.impl("min", &extremumAll<false>);
+  m.impl("index_select", &indexSelect);
 }
 
 }  // namespace openmtia

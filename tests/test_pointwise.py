@@ -232,8 +232,12 @@ BINARY = ["maximum", "minimum", "fmax", "fmin", "atan2", "hypot", "copysign", "f
 COMPARE = ["lt", "le", "gt", "ge", "eq", "ne"]
 
 
-def unboxed_equals_cpu(fn, *cpu_args):
-    """fn over mtia copies of cpu_args takes the unboxed path and gives CPU's bits."""
+def unboxed_equals_cpu(fn, *cpu_args, close=False):
+    """fn over mtia copies of cpu_args takes the unboxed path and gives CPU's
+    bits (close: CPU's results within an ulp or so, NaN where CPU's is, of any
+    sign: CPU's own softmax over a dim that is not the last differs so from
+    itself as its loops split the elements between vector and scalar code,
+    which varies with the process's state)."""
     expected = fn(*cpu_args)
     args = [a.to("mtia") if isinstance(a, torch.Tensor) else a for a in cpu_args]
     torch.mtia.synchronize()
@@ -243,6 +247,9 @@ def unboxed_equals_cpu(fn, *cpu_args):
     got = got.cpu()
     if expected.dtype == torch.bool:
         assert got.dtype == torch.bool and torch.equal(got, expected)
+    elif close:
+        assert got.dtype == expected.dtype and torch.equal(got.isnan(), expected.isnan())
+        torch.testing.assert_close(got, expected, equal_nan=True, atol=0, rtol=4 * torch.finfo(got.dtype).eps)
     else:
         assert_bitwise(got, expected)
     return args
@@ -716,3 +723,70 @@ def test_mixed_dtypes_that_raise_on_cpu_raise_at_the_call():
         with pytest.raises(RuntimeError, match=message):
             fn(a.to("mtia"), c.to("mtia"))
     assert torch.equal((i.to("mtia") * f.to("mtia")).cpu(), i * f)  # the device stays usable
+
+
+@pytest.mark.parametrize("dtype", FLOATING, ids=str)
+def test_small_softmax_scans_and_arg_reductions_take_the_unboxed_path_with_cpus_bits(dtype):
+    z = special_values(4 * 6 * 5, torch.float32).to(dtype).view(4, 6, 5)
+    finite = torch.where(z.isfinite(), z, torch.zeros((), dtype=dtype)).clamp(-5, 5)
+    A = torch.ops.aten
+    for t in (z, finite):
+        for dim in (0, 1, -1):
+            unboxed_equals_cpu(lambda a: torch.softmax(a, dim), t, close=True)
+            unboxed_equals_cpu(lambda a: torch.log_softmax(a, dim), t, close=True)
+            y = torch.softmax(finite, dim)
+            unboxed_equals_cpu(lambda g, out: A._softmax_backward_data(g, out, dim, dtype), t, y, close=True)
+            unboxed_equals_cpu(lambda g, out: A._log_softmax_backward_data(g, out, dim, dtype), t, y.log(),
+                               close=True)
+            unboxed_equals_cpu(lambda a: torch.cumsum(a, dim), t)
+            unboxed_equals_cpu(lambda a: torch.cumprod(a, dim), t)
+            for keepdim in (False, True):
+                unboxed_equals_cpu(lambda a: torch.argmax(a, dim, keepdim), t)
+                unboxed_equals_cpu(lambda a: torch.argmin(a, dim, keepdim), t)
+        unboxed_equals_cpu(lambda a: torch.argmax(a), t)
+        unboxed_equals_cpu(lambda a: torch.argmin(a, keepdim=True), t)
+        unboxed_equals_cpu(lambda a: a.max(), t)
+        unboxed_equals_cpu(lambda a: a.min(), t)
+    unboxed_equals_cpu(lambda a: torch.softmax(a, 0), torch.tensor(2.5, dtype=dtype))  # a 0-dim tensor
+
+
+@pytest.mark.parametrize("dtype", INTEGRAL + [torch.bool], ids=str)
+def test_small_scans_and_extrema_of_integer_and_bool_tensors_take_the_unboxed_path(dtype):
+    x = integers(60, dtype, 0).view(6, 10) if dtype != torch.bool else (torch.arange(60) % 3 == 0).view(6, 10)
+    for dim in (0, 1):
+        unboxed_equals_cpu(lambda a: torch.cumsum(a, dim), x)  # an int64 result, as CPU's promotion
+        unboxed_equals_cpu(lambda a: torch.cumsum(a, dim, dtype=torch.int64), x)
+        if dtype != torch.bool:
+            unboxed_equals_cpu(lambda a: torch.argmax(a, dim), x)
+    unboxed_equals_cpu(lambda a: a.max(), x)
+    unboxed_equals_cpu(lambda a: a.min(), x)
+
+
+@pytest.mark.parametrize("dtype", FLOATING + [torch.int64, torch.bool], ids=str)
+def test_small_index_select_takes_the_unboxed_path_with_cpus_bits(dtype):
+    x = special_values(60, torch.float32).to(dtype).view(6, 10) if dtype.is_floating_point else (
+        torch.arange(60).view(6, 10) % 7 == 0 if dtype == torch.bool else integers(60, dtype, 0).view(6, 10))
+    for index_dtype in (torch.int64, torch.int32):
+        for dim, index in ((0, [5, 0, 0, 3]), (1, [9, 1]), (-1, [2]), (0, 4)):
+            unboxed_equals_cpu(lambda a, i: a.index_select(dim, i), x, torch.tensor(index, dtype=index_dtype))
+
+
+def test_small_ops_keep_cpus_errors():
+    x = torch.randn(4, 5)
+    cases = [(lambda t: torch.softmax(t, 2), IndexError, "Dimension out of range"),
+             (lambda t: torch.cumsum(t, -3), IndexError, "Dimension out of range"),
+             (lambda t: torch.argmax(t, 5), IndexError, "Dimension out of range"),
+             (lambda t: t[:0].max(), RuntimeError, "max\\(\\): Expected reduction dim to be specified for input.numel\\(\\) == 0"),
+             (lambda t: t.index_select(0, torch.tensor([0.0], device=t.device)), RuntimeError, "index_select\\(\\): Expected dtype int32 or int64 for index"),
+             (lambda t: (t > 0).argmax(), RuntimeError, "argmax\\(\\): does not support bool input")]
+    for fn, error, message in cases:
+        with pytest.raises(error, match=message):
+            fn(x)
+        with pytest.raises(error, match=message):  # at the call, as on CPU
+            fn(x.to("mtia"))
+    y = x.to("mtia").index_select(0, torch.tensor([7], device="mtia"))  # the device's data: at the next synchronize
+    with pytest.raises(RuntimeError, match="index out of range in self"):
+        torch.mtia.synchronize()
+    del y
+    assert torch.equal(x.to("mtia").index_select(1, torch.tensor([4, 0], device="mtia")).cpu(),
+                       x.index_select(1, torch.tensor([4, 0])))  # the device stays usable

@@ -132,6 +132,7 @@ bool float32Call(const c10::OperatorHandle& op, const torch::jit::Stack& stack) 
     if (float32ByDesign(op.schema().arguments()[i - (stack.size() - nargs)])) continue;
     if (v.isTensorList() || v.isOptionalTensorList()) return false;
     if (!v.isTensor() || !v.toTensor().defined() || !v.toTensor().is_floating_point()) continue;
+    if (v.toTensor().unsafeGetTensorImpl()->is_wrapped_number()) continue;  // a Python number: it keeps the dtype
     if (low && v.toTensor().scalar_type() != *low) return false;  // mixed: CPU's kernel decides (and raises)
     low = v.toTensor().scalar_type();
   }
@@ -500,7 +501,8 @@ const std::unordered_set<std::string>& lowPrecisionMatrixOps() {
 
 const std::unordered_set<std::string>& lowPrecisionStandInOps() {
   static const std::unordered_set<std::string> ops = {
-      "aten::_scaled_dot_product_flash_attention_for_cpu", "aten::_scaled_dot_product_flash_attention_for_cpu_backward"};
+      "aten::_scaled_dot_product_flash_attention_for_cpu", "aten::_scaled_dot_product_flash_attention_for_cpu_backward",
+      "aten::erfinv", "aten::erfc", "aten::xlogy", "aten::sinc"};
   return ops;
 }
 

@@ -1,0 +1,76 @@
+"""bf16/fp16 ops whose CPU kernels cost far more than float32's plus the
+conversions (erfinv, erfc, xlogy, sinc: csrc/low_precision.h,
+lowPrecisionStandInOps): their calls run CPU's float32 kernel over float32 stand-ins, each result rounded
+once to the dtype, where the path is float32; in mode native CPU's kernel of
+the dtype. Against CPU's bf16/fp16 kernels within the dtype's tolerances, and
+against float64 rounded once."""
+import pytest
+import torch
+
+import openmtia
+
+import low_precision_setting
+
+C = openmtia._C
+LOW = [torch.bfloat16, torch.float16]
+
+
+@pytest.fixture(params=["float32", "native"])
+def mode(request):
+    for mode, _ in low_precision_setting.setting(request.param):
+        yield mode
+
+
+def sample(shape, dtype, seed, lo=-3.0, hi=3.0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.rand(shape, generator=g) * (hi - lo) + lo
+    return x.to(dtype)
+
+
+CASES = {
+    "erfinv": (lambda x: torch.erfinv(x), (-1, 1)),
+    "erfc": (lambda x: torch.erfc(x), (-4, 4)),
+    "xlogy": (lambda x: torch.xlogy(x, x.abs()), (-2, 2)),
+    "xlogy number": (lambda x: torch.xlogy(x, 3.0), (-2, 2)),
+    "sinc": (lambda x: torch.sinc(x), (-6, 6)),
+}
+
+
+def as_list(r):
+    return list(r) if isinstance(r, tuple) else [r]
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+@pytest.mark.parametrize("case", list(CASES))
+def test_stand_ins_match_cpu_and_float64(case, dtype, mode):
+    f, (lo, hi) = CASES[case]
+    for seed in (0, 1):  # (the signature's first call, then a later one)
+        x = sample((129, 257), dtype, seed, lo, hi)  # (above GRAIN_SIZE: smaller unary calls are the small-op path's)
+        x.view(-1)[5] = float("nan")
+        before = C._low_precision_float32_calls()
+        got = as_list(f(x.to("mtia")))
+        torch.mtia.synchronize()
+        assert C._low_precision_float32_calls() - before == (1 if mode == "float32" else 0)
+        cpu = as_list(f(x))
+        exact = [r.to(dtype) for r in as_list(f(x.double()))]
+        for g, c, e in zip(got, cpu, exact):
+            g = g.cpu()
+            assert g.dtype == c.dtype and g.shape == c.shape
+            torch.testing.assert_close(g, c, equal_nan=True)  # CPU's kernel of the dtype
+            if mode == "float32":
+                torch.testing.assert_close(g, e, equal_nan=True)  # float32 math, one rounding
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+def test_stand_ins_keep_cpus_special_values_and_errors(dtype, mode):
+    x = torch.tensor([-1.0, 1.0, 1.5, -0.0, 0.0, float("inf"), -float("inf"), float("nan")] * 4100).to(dtype)
+    for f in (torch.erfinv, torch.erfc, torch.sinc):
+        got = f(x.to("mtia")).cpu()
+        want = f(x)
+        assert torch.equal(got.isnan(), want.isnan()) and torch.equal(got.isinf(), want.isinf())
+        torch.testing.assert_close(got, want, equal_nan=True)
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        torch.xlogy(x.to("mtia"), x)
+    with pytest.raises(RuntimeError, match="The size of tensor a"):
+        torch.xlogy(x.to("mtia"), x[:7].to("mtia"))
+    torch.testing.assert_close(torch.erfc(x.to("mtia")).cpu(), torch.erfc(x), equal_nan=True)  # still usable

@@ -41,6 +41,14 @@ enum class Activation {
   kLeakyReluBackward,     // (g, x): g * (x > 0 ? 1 : p.a)
   kThresholdBackward,     // (g, x): x <= p.a ? 0 : g (relu's backward)
   kHardtanhBackward,      // (g, x): p.a < x < p.b ? g : 0 (relu6's)
+  // exact in float32 and in the dtype (CPU's bits; its bf16 kernels took
+  // 1.2-1.3x float32's time, frac 3.6x)
+  kFloor,                 // floor(x)
+  kCeil,                  // ceil(x)
+  kRound,                 // round half to even (CPU's nearbyint)
+  kTrunc,                 // trunc(x)
+  kFrac,                  // x - trunc(x)
+  kSign,                  // (x > 0) - (x < 0): 0 for +-0 and NaN
   kNumActivations
 };
 

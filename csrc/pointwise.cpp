@@ -43,7 +43,7 @@
 // float64 tensors and alpha 1 it runs one IEEE operation per element itself
 // (what CPU's kernel computes: `a + 1 * b` is `a + b` exactly). Every other
 // call goes through the boxed fallback unchanged, except bf16/fp16 sigmoid,
-// silu, relu, log, reciprocal and pow(x, 2) of more than GRAIN_SIZE elements where the fused kernel
+// silu, relu, log, reciprocal, the roundings, frac, sign and pow(x, 2) of more than GRAIN_SIZE elements where the fused kernel
 // takes them (low_precision_activations.h), sum, mean, amax and amin of
 // all the elements of such tensors (low_precision_reductions.h) and their
 // comparisons (low_precision_comparisons.h).
@@ -215,7 +215,8 @@ constexpr bool floatOp() {
   return true;
 }
 
-// sigmoid, silu, relu, log and reciprocal of bf16/fp16 tensors on the float32 path: the
+// sigmoid, silu, relu, log, reciprocal, the roundings, frac and sign of
+// bf16/fp16 tensors on the float32 path: the
 // fused kernel of low_precision_activations.h (above GRAIN_SIZE elements).
 template <size_t I>
 constexpr std::optional<Activation> fusedKind() {
@@ -225,6 +226,12 @@ constexpr std::optional<Activation> fusedKind() {
   if (n == "relu") return Activation::kRelu;
   if (n == "log") return Activation::kLog;
   if (n == "reciprocal") return Activation::kReciprocal;
+  if (n == "floor") return Activation::kFloor;
+  if (n == "ceil") return Activation::kCeil;
+  if (n == "round") return Activation::kRound;
+  if (n == "trunc") return Activation::kTrunc;
+  if (n == "frac") return Activation::kFrac;
+  if (n == "sign") return Activation::kSign;
   return std::nullopt;
 }
 

@@ -265,9 +265,9 @@ def test_log_of_subnormals_and_in_place(dtype, mode):
     torch.testing.assert_close(m.cpu(), got)
 
 
-# Piecewise activations, their backward and reciprocal: CPU's formulas in
-# float32, so CPU's bits; relu6/hardtanh are CPU's clamp (the clamp loop),
-# isnan CPU's x != x (the comparison loop).
+# Piecewise activations, their backward, reciprocal, the roundings, frac and
+# sign: CPU's formulas in float32, so CPU's bits; relu6/hardtanh are CPU's
+# clamp (the clamp loop), isnan CPU's x != x (the comparison loop).
 def loop_calls():
     return C._fused_activation_calls() + C._fused_arithmetic_calls() + C._fused_comparison_calls()
 
@@ -293,6 +293,14 @@ EXACT = {
     "hardsigmoid_": lambda g, x: F.hardsigmoid(x.clone(), inplace=True),
     "leaky_relu_": lambda g, x: F.leaky_relu(x.clone(), 0.05, inplace=True),
     "relu6_": lambda g, x: F.relu6(x.clone(), inplace=True),
+    "floor": lambda g, x: torch.floor(x),
+    "ceil": lambda g, x: torch.ceil(x),
+    "round": lambda g, x: torch.round(x),  # (half to even)
+    "trunc": lambda g, x: torch.trunc(x),
+    "frac": lambda g, x: torch.frac(x),
+    "sign": lambda g, x: torch.sign(x),
+    "floor_": lambda g, x: x.clone().floor_(),
+    "round_": lambda g, x: x.clone().round_(),
 }
 
 
@@ -312,7 +320,8 @@ def same_bits(got, want):
 @pytest.mark.parametrize("dtype", LOW, ids=str)
 def test_piecewise_activations_give_cpus_bits(op, dtype, n, mode):
     special = [0.0, -0.0, float("inf"), -float("inf"), float("nan"), 3.0, -3.0, 2.99, -2.99, 6.0, 0.33, -0.7,
-               0.1, 1e-3, -1e-3, torch.finfo(dtype).max, -torch.finfo(dtype).max, torch.finfo(dtype).tiny]
+               0.1, 1e-3, -1e-3, torch.finfo(dtype).max, -torch.finfo(dtype).max, torch.finfo(dtype).tiny,
+               0.5, -0.5, 1.5, -2.5, 2.5, 1000.5 if dtype == torch.float16 else 100.5, -7.75]
     if op == "hardswish_backward":
         special = [v for v in special if v == v]  # (of NaN CPU's vector loop gives NaN, its scalar tail the gradient)
     f = EXACT[op]

@@ -200,7 +200,8 @@ void launchActivation(Activation kind, const at::Tensor& x, const at::Tensor& gr
                                        "aten::hardsigmoid", "aten::leaky_relu", "aten::hardswish_backward",
                                        "aten::hardsigmoid_backward", "aten::leaky_relu_backward",
                                        "aten::threshold_backward", "aten::hardtanh_backward", "aten::floor",
-                                       "aten::ceil", "aten::round", "aten::trunc", "aten::frac", "aten::sign"};
+                                       "aten::ceil", "aten::round", "aten::trunc", "aten::frac", "aten::sign",
+                                       "aten::maximum", "aten::minimum"};
   static_assert(sizeof(kNames) / sizeof(kNames[0]) == static_cast<size_t>(Activation::kNumActivations),
                 "a task name for each kind");
   g_calls.fetch_add(1, std::memory_order_relaxed);

@@ -49,6 +49,8 @@ enum class Activation {
   kTrunc,                 // trunc(x)
   kFrac,                  // x - trunc(x)
   kSign,                  // (x > 0) - (x < 0): 0 for +-0 and NaN
+  kMaximum,               // (g, x): maximum(x, g), NaN if either is (CPU's bf16 kernel 1.5-1.7x)
+  kMinimum,               // (g, x): minimum(x, g), NaN if either is
   kNumActivations
 };
 
@@ -70,6 +72,8 @@ constexpr bool takesGrad(Activation kind) {
     case Activation::kLeakyReluBackward:
     case Activation::kThresholdBackward:
     case Activation::kHardtanhBackward:
+    case Activation::kMaximum:
+    case Activation::kMinimum:
       return true;
     default:
       return false;

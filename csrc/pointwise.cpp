@@ -326,6 +326,13 @@ at::Tensor binary(const at::Tensor& a, const at::Tensor& b) {
   constexpr const BinarySpec& spec = kBinaryOps[I];
   static const std::string name = std::string("aten::") + spec.name;
   static const c10::OperatorHandle h = handle(name.c_str(), spec.overload);
+  // maximum/minimum of bf16/fp16 above GRAIN_SIZE: the activation loop (as
+  // the backward kinds: a is x, b the second operand)
+  constexpr bool kMax = std::string_view(spec.name) == "maximum", kMin = std::string_view(spec.name) == "minimum";
+  if constexpr (kMax || kMin) {
+    constexpr Activation kind = kMax ? Activation::kMaximum : Activation::kMinimum;
+    if (fusedActivation(kind, a, b)) return fusedActivationResult(kind, a, b);
+  }
   if (!alike(a, b, spec.dtypes)) return boxedFallbackCall(h, {a, b});
   c10::DeviceGuard guard(a.device());
   at::Tensor out = emptyDeviceLike(a);

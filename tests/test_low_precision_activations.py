@@ -265,8 +265,8 @@ def test_log_of_subnormals_and_in_place(dtype, mode):
     torch.testing.assert_close(m.cpu(), got)
 
 
-# Piecewise activations, their backward, reciprocal, the roundings, frac and
-# sign: CPU's formulas in float32, so CPU's bits; relu6/hardtanh are CPU's
+# Piecewise activations, their backward, reciprocal, the roundings, frac,
+# sign, maximum and minimum: CPU's formulas in float32, so CPU's bits; relu6/hardtanh are CPU's
 # clamp (the clamp loop), isnan CPU's x != x (the comparison loop).
 def loop_calls():
     return C._fused_activation_calls() + C._fused_arithmetic_calls() + C._fused_comparison_calls()
@@ -299,6 +299,10 @@ EXACT = {
     "trunc": lambda g, x: torch.trunc(x),
     "frac": lambda g, x: torch.frac(x),
     "sign": lambda g, x: torch.sign(x),
+    "maximum": lambda g, x: torch.maximum(x, g),
+    "minimum": lambda g, x: torch.minimum(g, x),
+    "maximum of zeros": lambda g, x: torch.maximum(x, -torch.zeros_like(x)),  # (+-0 pairs: CPU's vmaxps picks)
+    "minimum of zeros": lambda g, x: torch.minimum(torch.zeros_like(x), x),
     "floor_": lambda g, x: x.clone().floor_(),
     "round_": lambda g, x: x.clone().round_(),
 }

@@ -3,13 +3,17 @@
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/EmptyTensor.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
 #include <torch/library.h>
 
 #include <atomic>
+#include <limits>
 #include <string>
 #include <unordered_set>
 
 #include "common.h"
+#include "low_precision.h"
 #include "low_precision_arithmetic.h"
 
 namespace openmtia {
@@ -178,6 +182,60 @@ at::Tensor& hardtanh_(at::Tensor& x, const c10::Scalar& lo, const c10::Scalar& h
   launchClamp(x, lo, hi, x);
   return x;
 }
+// nan_to_num: the replacements in the dtype, as CPU's kernel casts them
+// (none: 0, the dtype's largest and lowest).
+std::optional<ActivationParams> nanToNumParams(const at::Tensor& x, std::optional<double> nan,
+                                               std::optional<double> posinf, std::optional<double> neginf) {
+  if (!x.defined() || !isLowPrecision(x.scalar_type())) return std::nullopt;
+  const bool bf16 = x.scalar_type() == at::kBFloat16;
+  const float largest = bf16 ? static_cast<float>(std::numeric_limits<c10::BFloat16>::max())
+                             : static_cast<float>(std::numeric_limits<c10::Half>::max());
+  return ActivationParams{inDtype(nan.value_or(0.0), bf16), posinf ? inDtype(*posinf, bf16) : largest,
+                          neginf ? inDtype(*neginf, bf16) : -largest};
+}
+
+at::Tensor nanToNum(const at::Tensor& x, std::optional<double> nan, std::optional<double> posinf,
+                    std::optional<double> neginf) {
+  static const c10::OperatorHandle op = handle("aten::nan_to_num");
+  const auto p = nanToNumParams(x, nan, posinf, neginf);
+  if (!p) return boxedFallbackCall(op, {x, nan, posinf, neginf});
+  return forward<Activation::kNanToNum>(op, x, {x, nan, posinf, neginf}, *p);
+}
+at::Tensor& nanToNum_(at::Tensor& x, std::optional<double> nan, std::optional<double> posinf,
+                      std::optional<double> neginf) {
+  static const c10::OperatorHandle op = handle("aten::nan_to_num_");
+  const auto p = nanToNumParams(x, nan, posinf, neginf);
+  if (!p) {
+    boxedFallbackCall(op, {x, nan, posinf, neginf});
+    return x;
+  }
+  return forwardInplace<Activation::kNanToNum>(op, x, {x, nan, posinf, neginf}, *p);
+}
+
+// hardshrink and softshrink (and their backward): lambd as CPU's kernels
+// take it, in float32 (softshrink) or in the dtype (hardshrink and the
+// backward).
+std::optional<float> lambdIn(const at::Tensor& x, const c10::Scalar& lambd, bool in_dtype) {
+  const auto a = param(lambd);
+  if (!a || !in_dtype || !x.defined() || !isLowPrecision(x.scalar_type())) return a;
+  return inDtype(lambd.toDouble(), x.scalar_type() == at::kBFloat16);
+}
+
+template <Activation K>
+at::Tensor shrink(const at::Tensor& x, const c10::Scalar& lambd) {
+  static const c10::OperatorHandle op = handle(K == Activation::kHardshrink ? "aten::hardshrink" : "aten::softshrink");
+  const auto a = lambdIn(x, lambd, K == Activation::kHardshrink);
+  if (!a) return boxedFallbackCall(op, {x, lambd});
+  return forward<K>(op, x, {x, lambd}, {*a});
+}
+template <bool kHard>
+at::Tensor shrinkBackward(const at::Tensor& grad, const at::Tensor& x, const c10::Scalar& lambd) {
+  static const c10::OperatorHandle op = handle(kHard ? "aten::hardshrink_backward" : "aten::softshrink_backward");
+  const auto a = lambdIn(x, lambd, true);
+  if (!a) return boxedFallbackCall(op, {grad, x, lambd});
+  return backward<Activation::kShrinkBackward>(op, grad, x, {grad, x, lambd}, {*a});
+}
+
 at::Tensor hardtanhBackward(const at::Tensor& grad, const at::Tensor& x, const c10::Scalar& lo, const c10::Scalar& hi) {
   static const c10::OperatorHandle op = handle("aten::hardtanh_backward");
   const auto a = param(lo), b = param(hi);
@@ -201,7 +259,8 @@ void launchActivation(Activation kind, const at::Tensor& x, const at::Tensor& gr
                                        "aten::hardsigmoid_backward", "aten::leaky_relu_backward",
                                        "aten::threshold_backward", "aten::hardtanh_backward", "aten::floor",
                                        "aten::ceil", "aten::round", "aten::trunc", "aten::frac", "aten::sign",
-                                       "aten::maximum", "aten::minimum"};
+                                       "aten::maximum", "aten::minimum", "aten::nan_to_num", "aten::hardshrink",
+                                       "aten::softshrink", "aten::softshrink_backward"};
   static_assert(sizeof(kNames) / sizeof(kNames[0]) == static_cast<size_t>(Activation::kNumActivations),
                 "a task name for each kind");
   g_calls.fetch_add(1, std::memory_order_relaxed);
@@ -236,7 +295,8 @@ const std::unordered_set<std::string>& activationOps() {
       "gelu",        "gelu_",        "gelu_backward",        "sigmoid_backward",    "tanh_backward",
       "hardswish",   "hardswish_",   "hardswish_backward",   "hardsigmoid",         "hardsigmoid_",
       "hardsigmoid_backward", "leaky_relu", "leaky_relu_",   "leaky_relu_backward", "threshold_backward",
-      "hardtanh",    "hardtanh_",    "hardtanh_backward"};
+      "hardtanh",    "hardtanh_",    "hardtanh_backward", "nan_to_num", "nan_to_num_", "hardshrink",
+      "softshrink",  "softshrink_backward", "hardshrink_backward"};
   return ops;
 }
 
@@ -259,6 +319,12 @@ TORCH_LIBRARY_IMPL(aten, MTIA, m) {
   m.impl("hardtanh", &hardtanh);
   m.impl("hardtanh_", &hardtanh_);
   m.impl("hardtanh_backward", &hardtanhBackward);
+  m.impl("nan_to_num", &nanToNum);
+  m.impl("nan_to_num_", &nanToNum_);
+  m.impl("hardshrink", &shrink<Activation::kHardshrink>);
+  m.impl("softshrink", &shrink<Activation::kSoftshrink>);
+  m.impl("softshrink_backward", &shrinkBackward<false>);
+  m.impl("hardshrink_backward", &shrinkBackward<true>);
 }
 
 }  // namespace openmtia

@@ -56,8 +56,10 @@ int64_t fusedActivationCalls();
 // The ops this file registers ("name.overload" without "aten::"): gelu,
 // gelu_, gelu_backward, sigmoid_backward, tanh_backward, hardswish,
 // hardsigmoid, leaky_relu (and their in-place forms and backward),
-// threshold_backward (relu's), hardtanh, hardtanh_ (relu6: the clamp loop)
-// and hardtanh_backward (silu, sigmoid, reciprocal and their in-place
+// threshold_backward (relu's), hardtanh, hardtanh_ (relu6: the clamp loop),
+// hardtanh_backward, nan_to_num(_), hardshrink, softshrink and their
+// backward (silu, sigmoid, reciprocal, the roundings, sign, maximum,
+// minimum and their in-place
 // forms are pointwise.cpp's, which call launchActivation). Every other call
 // of them goes through the boxed fallback. (silu_backward has none: on mtia,
 // as on CUDA, autograd runs its composite, whose sigmoid is fused.)

@@ -51,13 +51,17 @@ enum class Activation {
   kSign,                  // (x > 0) - (x < 0): 0 for +-0 and NaN
   kMaximum,               // (g, x): maximum(x, g), NaN if either is (CPU's bf16 kernel 1.5-1.7x)
   kMinimum,               // (g, x): minimum(x, g), NaN if either is
+  kNanToNum,              // NaN -> p.a, +inf -> p.b, -inf -> p.c (CPU's bf16 kernel 1.9x)
+  kHardshrink,            // -p.a <= x <= p.a ? 0 : x (1.6-1.8x)
+  kSoftshrink,            // x > p.a ? x - p.a : x < -p.a ? x + p.a : 0, NaN kept (1.6-2.5x)
+  kShrinkBackward,        // (g, x): x < -p.a || x > p.a ? g : 0
   kNumActivations
 };
 
 // An activation's numbers (leaky_relu's slope, a threshold, hardtanh's
 // bounds), as float32: CPU's kernels of bf16/fp16 convert them so.
 struct ActivationParams {
-  float a = 0.f, b = 0.f;
+  float a = 0.f, b = 0.f, c = 0.f;
 };
 
 // Whether `kind` takes a gradient (the backward kinds: kind(g, x)).
@@ -74,6 +78,7 @@ constexpr bool takesGrad(Activation kind) {
     case Activation::kHardtanhBackward:
     case Activation::kMaximum:
     case Activation::kMinimum:
+    case Activation::kShrinkBackward:
       return true;
     default:
       return false;

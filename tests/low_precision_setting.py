@@ -38,6 +38,14 @@ def fused_or_cpu(request):
         yield "fused" if fused(*each) else "cpu"
 
 
+@pytest.fixture(params=["float32", "native"])
+def float32_or_native(request):
+    """A test's `mode` (mode = low_precision_setting.float32_or_native): the
+    float32 path (stand-ins, int16 views), then CPU's kernels of the dtype."""
+    for mode, _ in setting(request.param):
+        yield mode
+
+
 def fused(mode, isa):
     """Whether the loops run in this setting."""
     return mode == "float32" and isa != "none"

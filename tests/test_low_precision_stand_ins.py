@@ -15,10 +15,7 @@ C = openmtia._C
 LOW = [torch.bfloat16, torch.float16]
 
 
-@pytest.fixture(params=["float32", "native"])
-def mode(request):
-    for mode, _ in low_precision_setting.setting(request.param):
-        yield mode
+mode = low_precision_setting.float32_or_native
 
 
 def sample(shape, dtype, seed, lo=-3.0, hi=3.0):

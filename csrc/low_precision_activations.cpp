@@ -15,6 +15,7 @@
 #include "common.h"
 #include "low_precision.h"
 #include "low_precision_arithmetic.h"
+#include "small_ops.h"
 
 namespace openmtia {
 namespace {
@@ -36,7 +37,10 @@ c10::OperatorHandle handle(const char* name) {
 at::Tensor gelu(const at::Tensor& x, c10::string_view approximate) {
   const auto kind = geluKind(approximate, false);
   static const c10::OperatorHandle op = handle("aten::gelu");
-  if (!kind || !fusedActivation(*kind, x)) return boxedFallbackCall(op, {x, std::string(approximate)});
+  if (!kind || !fusedActivation(*kind, x)) {
+    if (auto small = smallGelu(x, approximate)) return *small;  // (the unboxed path: small_ops.h)
+    return boxedFallbackCall(op, {x, std::string(approximate)});
+  }
   return fusedActivationResult(*kind, x);
 }
 
@@ -54,7 +58,10 @@ at::Tensor& gelu_(at::Tensor& x, c10::string_view approximate) {
 at::Tensor geluBackward(const at::Tensor& grad, const at::Tensor& x, c10::string_view approximate) {
   const auto kind = geluKind(approximate, true);
   static const c10::OperatorHandle op = handle("aten::gelu_backward");
-  if (!kind || !fusedActivation(*kind, x, grad)) return boxedFallbackCall(op, {grad, x, std::string(approximate)});
+  if (!kind || !fusedActivation(*kind, x, grad)) {
+    if (auto small = smallGeluBackward(grad, x, approximate)) return *small;
+    return boxedFallbackCall(op, {grad, x, std::string(approximate)});
+  }
   return fusedActivationResult(*kind, x, grad);
 }
 

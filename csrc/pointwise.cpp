@@ -1172,6 +1172,35 @@ std::optional<at::Tensor> smallCumulative(bool prod, const at::Tensor& x, int64_
   return out;
 }
 
+std::optional<at::Tensor> smallGelu(const at::Tensor& x, c10::string_view approximate) {
+  if (!small(x) || (approximate != "none" && approximate != "tanh")) return std::nullopt;
+  c10::DeviceGuard guard(x.device());
+  at::Tensor out = emptyDeviceLike(x);
+  launchOnCurrentStream(x.device().index(), "aten::gelu",
+                        [in = Operand(x), tanh = approximate == "tanh", res = Operand(out)] {
+                          static const auto op = handle("aten::gelu", "out")
+                                                     .typed<at::Tensor&(const at::Tensor&, c10::string_view, at::Tensor&)>();
+                          at::Tensor o = res.host();
+                          op.redispatch(kCPUKeys, in.host(), tanh ? "tanh" : "none", o);
+                        });
+  return out;
+}
+
+std::optional<at::Tensor> smallGeluBackward(const at::Tensor& grad, const at::Tensor& x, c10::string_view approximate) {
+  if (!alike(grad, x) || (approximate != "none" && approximate != "tanh")) return std::nullopt;
+  c10::DeviceGuard guard(x.device());
+  at::Tensor out = emptyDeviceLike(x);
+  launchOnCurrentStream(x.device().index(), "aten::gelu_backward",
+                        [g = Operand(grad), in = Operand(x), tanh = approximate == "tanh", res = Operand(out)] {
+                          static const auto op =
+                              handle("aten::gelu_backward", "grad_input")
+                                  .typed<at::Tensor&(const at::Tensor&, const at::Tensor&, c10::string_view, at::Tensor&)>();
+                          at::Tensor o = res.host();
+                          op.redispatch(kCPUKeys, g.host(), in.host(), tanh ? "tanh" : "none", o);
+                        });
+  return out;
+}
+
 std::optional<at::Tensor> smallArgExtremum(bool max, const at::Tensor& x, std::optional<int64_t> dim, bool keepdim) {
   const auto d = dim ? wrapDim(*dim, x.dim()) : std::optional<int64_t>(0);
   if (!x.defined() || !d || !small(x, Dtypes::kIntegral)) return std::nullopt;

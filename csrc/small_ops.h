@@ -11,6 +11,7 @@
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/ScalarType.h>
+#include <c10/util/string_view.h>
 
 #include <cstdint>
 #include <optional>
@@ -27,6 +28,10 @@ std::optional<at::Tensor> smallSoftmaxBackward(bool log, const at::Tensor& grad,
 // integer or bool one (dtype none or int64: an int64 result).
 std::optional<at::Tensor> smallCumulative(bool prod, const at::Tensor& x, int64_t dim,
                                           std::optional<at::ScalarType> dtype);
+// gelu of a floating tensor (approximate "none" or "tanh"), and its
+// backward (grad and self alike).
+std::optional<at::Tensor> smallGelu(const at::Tensor& x, c10::string_view approximate);
+std::optional<at::Tensor> smallGeluBackward(const at::Tensor& grad, const at::Tensor& x, c10::string_view approximate);
 // argmax / argmin (max false) of a floating or integer tensor: an int64
 // result.
 std::optional<at::Tensor> smallArgExtremum(bool max, const at::Tensor& x, std::optional<int64_t> dim, bool keepdim);

@@ -790,3 +790,14 @@ def test_small_ops_keep_cpus_errors():
     del y
     assert torch.equal(x.to("mtia").index_select(1, torch.tensor([4, 0], device="mtia")).cpu(),
                        x.index_select(1, torch.tensor([4, 0])))  # the device stays usable
+
+
+@pytest.mark.parametrize("dtype", FLOATING, ids=str)
+def test_small_gelu_and_its_backward_take_the_unboxed_path_with_cpus_bits(dtype):
+    x = special_values(77, torch.float32).to(dtype)
+    g = special_values(77, torch.float32).flip(0).to(dtype)
+    for approximate in ("none", "tanh"):
+        unboxed_equals_cpu(lambda t: torch.nn.functional.gelu(t, approximate=approximate), x)
+        unboxed_equals_cpu(lambda a, b: torch.ops.aten.gelu_backward(a, b, approximate=approximate), g, x)
+    with pytest.raises(RuntimeError, match="approximate argument must be either none or tanh"):
+        torch.nn.functional.gelu(x.to("mtia"), approximate="fast")  # at the call, as on CPU

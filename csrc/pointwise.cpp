@@ -23,6 +23,8 @@
 //    a number minus such a tensor (rsub, `7.5 - x`) too; two tensors of
 //    the same sizes and different dtypes (`x * mask`: mixed) make their
 //    promoted dtype (in place: where self's dtype can hold it);
+//  - clamp with tensor bounds, lerp with a tensor weight, addcmul/addcdiv
+//    (functional) of floating tensors all alike;
 //  - floor_divide (`x // y`) of two such tensors (not bool) or a tensor and
 //    a number of its kind (a nonzero int, or a float for a floating one);
 //  - maximum, minimum, atan2, ... of two such tensors (kBinaryOps), the six
@@ -1067,6 +1069,67 @@ at::Tensor floorDivide(const at::Tensor& a, const at::Tensor& b) {
   return out;
 }
 
+// clamp with tensor bounds (one or both), lerp with a tensor weight, and
+// the functional addcmul/addcdiv: floating tensors all alike (a number
+// value real), CPU's out= kernel in the task; else the boxed path.
+at::Tensor clampTensors(const at::Tensor& a, const std::optional<at::Tensor>& lo, const std::optional<at::Tensor>& hi) {
+  static const c10::OperatorHandle h = handle("aten::clamp", "Tensor");
+  const bool has_lo = lo && lo->defined(), has_hi = hi && hi->defined();
+  if (!(has_lo || has_hi) || (has_lo && !alike(a, *lo)) || (has_hi && !alike(a, *hi)) || !small(a))
+    return boxedFallbackCall(h, {a, lo, hi});
+  c10::DeviceGuard guard(a.device());
+  at::Tensor out = emptyDeviceLike(a);
+  auto operand = [](bool has, const std::optional<at::Tensor>& t) {
+    return has ? std::optional<Operand>(Operand(*t)) : std::nullopt;
+  };
+  launchOnCurrentStream(a.device().index(), "aten::clamp",
+                        [x = Operand(a), l = operand(has_lo, lo), u = operand(has_hi, hi), res = Operand(out)] {
+                          static const auto op = handle("aten::clamp", "Tensor_out")
+                                                     .typed<at::Tensor&(const at::Tensor&, const std::optional<at::Tensor>&,
+                                                                        const std::optional<at::Tensor>&, at::Tensor&)>();
+                          auto host = [](const std::optional<Operand>& o) {
+                            return o ? std::optional<at::Tensor>(o->host()) : std::nullopt;
+                          };
+                          at::Tensor r = res.host();
+                          op.redispatch(kCPUKeys, x.host(), host(l), host(u), r);
+                        });
+  return out;
+}
+
+at::Tensor lerpTensor(const at::Tensor& self, const at::Tensor& end, const at::Tensor& weight) {
+  static const c10::OperatorHandle h = handle("aten::lerp", "Tensor");
+  if (!alike(self, end) || !alike(self, weight)) return boxedFallbackCall(h, {self, end, weight});
+  c10::DeviceGuard guard(self.device());
+  at::Tensor out = emptyDeviceLike(self);
+  launchOnCurrentStream(self.device().index(), "aten::lerp",
+                        [s = Operand(self), e = Operand(end), w = Operand(weight), res = Operand(out)] {
+                          static const auto op =
+                              handle("aten::lerp", "Tensor_out")
+                                  .typed<at::Tensor&(const at::Tensor&, const at::Tensor&, const at::Tensor&, at::Tensor&)>();
+                          at::Tensor r = res.host();
+                          op.redispatch(kCPUKeys, s.host(), e.host(), w.host(), r);
+                        });
+  return out;
+}
+
+template <bool kDiv>
+at::Tensor addcop(const at::Tensor& self, const at::Tensor& t1, const at::Tensor& t2, const c10::Scalar& value) {
+  static constexpr const char* name = kDiv ? "aten::addcdiv" : "aten::addcmul";
+  static const c10::OperatorHandle h = handle(name, "");
+  if (!alike(self, t1) || !alike(self, t2) || value.isComplex()) return boxedFallbackCall(h, {self, t1, t2, value});
+  c10::DeviceGuard guard(self.device());
+  at::Tensor out = emptyDeviceLike(self);
+  launchOnCurrentStream(self.device().index(), name,
+                        [s = Operand(self), a = Operand(t1), b = Operand(t2), value, res = Operand(out)] {
+                          static const auto op = handle(name, "out")
+                                                     .typed<at::Tensor&(const at::Tensor&, const at::Tensor&,
+                                                                        const at::Tensor&, const c10::Scalar&, at::Tensor&)>();
+                          at::Tensor r = res.host();
+                          op.redispatch(kCPUKeys, s.host(), a.host(), b.host(), value, r);
+                        });
+  return out;
+}
+
 // dim wrapped into [0, ndim) (a 0-dim tensor takes 0 and -1), or nothing
 // where it is out of range (CPU's error: the boxed path).
 std::optional<int64_t> wrapDim(int64_t dim, int64_t ndim) {
@@ -1234,7 +1297,8 @@ const std::unordered_set<std::string>& unboxedOps() {
     for (const auto& b : kScalarOps) s.insert(qualified(b.name, b.overload));
     for (const char* n : {"sum", "any", "all", "amax", "amin", "clamp", "addcmul_", "addcdiv_", "lerp_.Scalar", "lerp.Scalar",
                           "bitwise_not", "logical_not", "where.self", "masked_fill_.Scalar", "sum.dim_IntList",
-                          "mean.dim", "isnan", "rsub.Tensor", "floor_divide", "max", "min", "index_select"})
+                          "mean.dim", "isnan", "rsub.Tensor", "floor_divide", "max", "min", "index_select",
+                          "clamp.Tensor", "lerp.Tensor", "addcmul", "addcdiv"})
       s.insert(n);
     s.insert(activationOps().begin(), activationOps().end());
     s.insert(reductionOps().begin(), reductionOps().end());
@@ -1284,6 +1348,10 @@ TORCH_LIBRARY_IMPL(aten, MTIA, m) {
   m.impl("max", &extremumAll<true>);
   m.impl("min", &extremumAll<false>);
   m.impl("index_select", &indexSelect);
+  m.impl("clamp.Tensor", &clampTensors);
+  m.impl("lerp.Tensor", &lerpTensor);
+  m.impl("addcmul", &addcop<false>);
+  m.impl("addcdiv", &addcop<true>);
 }
 
 }  // namespace openmtia

@@ -801,3 +801,33 @@ def test_small_gelu_and_its_backward_take_the_unboxed_path_with_cpus_bits(dtype)
         unboxed_equals_cpu(lambda a, b: torch.ops.aten.gelu_backward(a, b, approximate=approximate), g, x)
     with pytest.raises(RuntimeError, match="approximate argument must be either none or tanh"):
         torch.nn.functional.gelu(x.to("mtia"), approximate="fast")  # at the call, as on CPU
+
+
+@pytest.mark.parametrize("dtype", FLOATING, ids=str)
+def test_ternary_ops_of_alike_tensors_take_the_unboxed_path_with_cpus_bits(dtype):
+    x = special_values(77, torch.float32).to(dtype)
+    y = special_values(77, torch.float32).flip(0).to(dtype)
+    w = torch.linspace(-0.5, 1.5, 77).to(dtype)
+    unboxed_equals_cpu(lambda a, lo, hi: torch.clamp(a, lo, hi), x, y, w)
+    unboxed_equals_cpu(lambda a, lo: torch.clamp(a, min=lo), x, y)
+    unboxed_equals_cpu(lambda a, hi: torch.clamp(a, max=hi), x, w)
+    unboxed_equals_cpu(torch.lerp, x, y, w)
+    for value in (1, 0.5, -3):
+        unboxed_equals_cpu(lambda a, b, c: torch.addcmul(a, b, c, value=value), x, y, w)
+        unboxed_equals_cpu(lambda a, b, c: torch.addcdiv(a, b, c, value=value), x, y, w)
+
+
+def test_other_ternary_calls_keep_the_boxed_path_and_cpus_errors():
+    x, y = torch.randn(6, 5), torch.randn(6, 5)
+    for fn in (lambda a, b: torch.clamp(a, b[0], None), lambda a, b: torch.lerp(a, b, b.double()),
+               lambda a, b: torch.addcmul(a, b, b[:, :1])):  # broadcasting, mixed dtypes
+        try:
+            expected = fn(x, y)
+        except RuntimeError as cpu_error:
+            with pytest.raises(RuntimeError) as mtia_error:
+                fn(x.to("mtia"), y.to("mtia"))
+            assert str(cpu_error).split("\n")[0] in str(mtia_error.value)
+            continue
+        assert torch.equal(fn(x.to("mtia"), y.to("mtia")).cpu(), expected)
+    with pytest.raises(RuntimeError, match="torch.clamp: At least one of 'min' or 'max' must not be None"):
+        torch.clamp(x.to("mtia"), None, None)

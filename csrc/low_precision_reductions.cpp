@@ -192,6 +192,7 @@ at::Tensor vectorNorm(const at::Tensor& x, const c10::Scalar& ord, at::OptionalI
   static const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow("aten::linalg_vector_norm", "");
   int64_t k;
   if (fusedNorm(x, ord, dim, dtype, k)) return fusedReductionResult(Reduction::kNorm2, x, k, keepdim);
+  if (auto small = smallVectorNorm(x, ord, dim, keepdim, dtype)) return *small;
   return boxedFallbackCall(op, {x, ord, dim, keepdim, dtype});
 }
 
@@ -226,6 +227,7 @@ std::tuple<at::Tensor, at::Tensor> extremumDim(const at::Tensor& x, int64_t dim,
     at::Tensor indices = fusedArgResult(kMax, x, 1, keepdim, &values);
     return {values, indices};
   }
+  if (auto small = smallExtremumDim(kMax, x, dim, keepdim)) return *small;
   torch::jit::Stack stack{x, dim, keepdim};
   boxedFallback(op, &stack);
   return {stack[0].toTensor(), stack[1].toTensor()};

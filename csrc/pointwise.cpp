@@ -39,7 +39,9 @@
 //    logical_not (all of one shape), where(bool condition, two tensors of
 //    one dtype: the three broadcast) and masked_fill_ with a number that
 //    fits self's dtype as it is (a bool mask that broadcasts to self);
-//  - sum and mean over dimensions (the result contiguous, reduced sizes).
+//  - sum and mean over dimensions (the result contiguous, reduced sizes),
+//    var/std with a correction and prod over dims or every element, of
+//    floating tensors.
 // The task runs CPU's own kernel (its out= or in-place overload) over CPU
 // tensors on the operands' memory, so results are CPU's bit for bit; for two float32 or
 // float64 tensors and alpha 1 it runs one IEEE operation per element itself
@@ -1181,7 +1183,130 @@ at::Tensor indexSelect(const at::Tensor& x, int64_t dim, const at::Tensor& index
   return out;
 }
 
+// The sizes of a reduction of x over `dim` (none or empty: every dim), or
+// nothing where a dim is out of range or repeated (CPU's error: the boxed
+// path).
+std::optional<std::vector<int64_t>> reducedSizes(const at::Tensor& x, at::OptionalIntArrayRef dim, bool keepdim) {
+  const int64_t ndim = x.dim();
+  std::vector<bool> reduced(std::max<int64_t>(ndim, 1), !dim || dim->empty());
+  if (dim && !dim->empty()) {
+    for (int64_t d : *dim) {
+      const auto w = wrapDim(d, ndim);
+      if (!w || reduced[*w]) return std::nullopt;
+      reduced[*w] = true;
+    }
+  }
+  std::vector<int64_t> sizes;
+  for (int64_t d = 0; d < ndim; ++d) {
+    if (!reduced[d]) sizes.push_back(x.size(d));
+    else if (keepdim) sizes.push_back(1);
+  }
+  return sizes;
+}
+
+// var / std (kStd) with a correction over dims (none: every element) of a
+// floating tensor: CPU's var.correction_out in the task.
+template <bool kStd>
+at::Tensor varStd(const at::Tensor& x, at::OptionalIntArrayRef dim, const std::optional<c10::Scalar>& correction,
+                  bool keepdim) {
+  static constexpr const char* name = kStd ? "aten::std" : "aten::var";
+  static const c10::OperatorHandle h = handle(name, "correction");
+  const auto sizes = small(x) && (!correction || !correction->isComplex()) ? reducedSizes(x, dim, keepdim) : std::nullopt;
+  if (!sizes) return boxedFallbackCall(h, {x, dim, correction, keepdim});
+  c10::DeviceGuard guard(x.device());
+  at::Tensor out = emptyDevice(*sizes, x.scalar_type());
+  std::optional<std::vector<int64_t>> dims;
+  if (dim) dims = dim->vec();
+  launchOnCurrentStream(x.device().index(), name,
+                        [in = Operand(x), xs = x.sizes().vec(), dims, correction, keepdim, res = Operand(out), sizes = *sizes] {
+                          static const auto op = handle(name, "correction_out")
+                                                     .typed<at::Tensor&(const at::Tensor&, at::OptionalIntArrayRef,
+                                                                        const std::optional<c10::Scalar>&, bool,
+                                                                        at::Tensor&)>();
+                          at::Tensor o = res.host(sizes);
+                          op.redispatch(kCPUKeys, in.host(xs), dims ? at::OptionalIntArrayRef(*dims) : std::nullopt,
+                                        correction, keepdim, o);
+                        });
+  return out;
+}
+
+// prod of every element (dim none) or over one dim of a floating tensor,
+// dtype none or its own: CPU's prod.int_out in the task (every element:
+// over the contiguous elements as one dim, as CPU's reduction coalesces
+// them).
+at::Tensor prodOf(const at::Tensor& x, std::optional<int64_t> dim, bool keepdim, std::optional<at::ScalarType> dtype,
+                  const c10::OperatorHandle& h, std::vector<c10::IValue> boxed) {
+  const bool same = !dtype || *dtype == x.scalar_type();
+  const auto sizes = same && small(x) ? reducedSizes(x, dim ? at::OptionalIntArrayRef(*dim) : std::nullopt, keepdim)
+                                      : std::nullopt;
+  if (!sizes) return boxedFallbackCall(h, std::move(boxed));
+  c10::DeviceGuard guard(x.device());
+  at::Tensor out = emptyDevice(*sizes, x.scalar_type());
+  launchOnCurrentStream(x.device().index(), "aten::prod",
+                        [in = Operand(x), xs = x.sizes().vec(), dim, keepdim, res = Operand(out), sizes = *sizes] {
+                          static const auto op = handle("aten::prod", "int_out")
+                                                     .typed<at::Tensor&(const at::Tensor&, int64_t, bool,
+                                                                        std::optional<at::ScalarType>, at::Tensor&)>();
+                          at::Tensor o = res.host(sizes);
+                          if (dim) op.redispatch(kCPUKeys, in.host(xs), *dim, keepdim, std::nullopt, o);
+                          else op.redispatch(kCPUKeys, in.host(), 0, false, std::nullopt, o);  // (1-D: every element)
+                        });
+  return out;
+}
+
+at::Tensor prodAll(const at::Tensor& x, std::optional<at::ScalarType> dtype) {
+  static const c10::OperatorHandle h = handle("aten::prod", "");
+  return prodOf(x, std::nullopt, false, dtype, h, {x, dtype});
+}
+
+at::Tensor prodDim(const at::Tensor& x, int64_t dim, bool keepdim, std::optional<at::ScalarType> dtype) {
+  static const c10::OperatorHandle h = handle("aten::prod", "dim_int");
+  return prodOf(x, dim, keepdim, dtype, h, {x, dim, keepdim, dtype});
+}
+
 }  // namespace
+
+std::optional<at::Tensor> smallVectorNorm(const at::Tensor& x, const c10::Scalar& ord, at::OptionalIntArrayRef dim,
+                                          bool keepdim, std::optional<at::ScalarType> dtype) {
+  if (!small(x) || (dtype && *dtype != x.scalar_type()) || ord.isComplex() || ord.isBoolean()) return std::nullopt;
+  const auto sizes = reducedSizes(x, dim, keepdim);
+  if (!sizes) return std::nullopt;
+  c10::DeviceGuard guard(x.device());
+  at::Tensor out = emptyDevice(*sizes, x.scalar_type());
+  std::optional<std::vector<int64_t>> dims;
+  if (dim) dims = dim->vec();
+  launchOnCurrentStream(x.device().index(), "aten::linalg_vector_norm",
+                        [in = Operand(x), xs = x.sizes().vec(), ord, dims, keepdim, res = Operand(out), sizes = *sizes] {
+                          static const auto op = handle("aten::linalg_vector_norm", "out")
+                                                     .typed<at::Tensor&(const at::Tensor&, const c10::Scalar&,
+                                                                        at::OptionalIntArrayRef, bool,
+                                                                        std::optional<at::ScalarType>, at::Tensor&)>();
+                          at::Tensor o = res.host(sizes);
+                          op.redispatch(kCPUKeys, in.host(xs), ord, dims ? at::OptionalIntArrayRef(*dims) : std::nullopt,
+                                        keepdim, std::nullopt, o);
+                        });
+  return out;
+}
+
+std::optional<std::tuple<at::Tensor, at::Tensor>> smallExtremumDim(bool max, const at::Tensor& x, int64_t dim,
+                                                                  bool keepdim) {
+  if (!x.defined() || !small(x, Dtypes::kIntegral)) return std::nullopt;
+  const auto sizes = reducedSizes(x, at::IntArrayRef(dim), keepdim);
+  if (!sizes) return std::nullopt;
+  c10::DeviceGuard guard(x.device());
+  at::Tensor values = emptyDevice(*sizes, x.scalar_type()), indices = emptyDevice(*sizes, at::kLong);
+  launchOnCurrentStream(x.device().index(), max ? "aten::max" : "aten::min",
+                        [max, in = Operand(x), xs = x.sizes().vec(), dim, keepdim, v = Operand(values),
+                         i = Operand(indices), sizes = *sizes] {
+                          using Out = std::tuple<at::Tensor&, at::Tensor&>(const at::Tensor&, int64_t, bool, at::Tensor&,
+                                                                           at::Tensor&);
+                          static const auto maxOut = handle("aten::max", "dim_max").typed<Out>();
+                          static const auto minOut = handle("aten::min", "dim_min").typed<Out>();
+                          at::Tensor hv = v.host(sizes), hi = i.host(sizes);
+                          (max ? maxOut : minOut).redispatch(kCPUKeys, in.host(xs), dim, keepdim, hv, hi);
+                        });
+  return std::make_tuple(values, indices);
+}
 
 std::optional<at::Tensor> smallSoftmax(bool log, const at::Tensor& x, int64_t dim, bool half_to_float) {
   if (half_to_float || !small(x) || !wrapDim(dim, x.dim())) return std::nullopt;
@@ -1298,7 +1423,8 @@ const std::unordered_set<std::string>& unboxedOps() {
     for (const char* n : {"sum", "any", "all", "amax", "amin", "clamp", "addcmul_", "addcdiv_", "lerp_.Scalar", "lerp.Scalar",
                           "bitwise_not", "logical_not", "where.self", "masked_fill_.Scalar", "sum.dim_IntList",
                           "mean.dim", "isnan", "rsub.Tensor", "floor_divide", "max", "min", "index_select",
-                          "clamp.Tensor", "lerp.Tensor", "addcmul", "addcdiv"})
+                          "clamp.Tensor", "lerp.Tensor", "addcmul", "addcdiv", "var.correction",
+                          "std.correction", "prod", "prod.dim_int"})
       s.insert(n);
     s.insert(activationOps().begin(), activationOps().end());
     s.insert(reductionOps().begin(), reductionOps().end());
@@ -1352,6 +1478,10 @@ TORCH_LIBRARY_IMPL(aten, MTIA, m) {
   m.impl("lerp.Tensor", &lerpTensor);
   m.impl("addcmul", &addcop<false>);
   m.impl("addcdiv", &addcop<true>);
+  m.impl("var.correction", &varStd<false>);
+  m.impl("std.correction", &varStd<true>);
+  m.impl("prod", &prodAll);
+  m.impl("prod.dim_int", &prodDim);
 }
 
 }  // namespace openmtia

@@ -10,11 +10,13 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Scalar.h>
 #include <c10/core/ScalarType.h>
 #include <c10/util/string_view.h>
 
 #include <cstdint>
 #include <optional>
+#include <tuple>
 
 namespace openmtia {
 
@@ -32,6 +34,13 @@ std::optional<at::Tensor> smallCumulative(bool prod, const at::Tensor& x, int64_
 // backward (grad and self alike).
 std::optional<at::Tensor> smallGelu(const at::Tensor& x, c10::string_view approximate);
 std::optional<at::Tensor> smallGeluBackward(const at::Tensor& grad, const at::Tensor& x, c10::string_view approximate);
+// linalg_vector_norm of a floating tensor (ord real, dtype none or its own).
+std::optional<at::Tensor> smallVectorNorm(const at::Tensor& x, const c10::Scalar& ord, at::OptionalIntArrayRef dim,
+                                          bool keepdim, std::optional<at::ScalarType> dtype);
+// max.dim / min.dim (max false) of a floating or integer tensor: values and
+// int64 indices.
+std::optional<std::tuple<at::Tensor, at::Tensor>> smallExtremumDim(bool max, const at::Tensor& x, int64_t dim,
+                                                                  bool keepdim);
 // argmax / argmin (max false) of a floating or integer tensor: an int64
 // result.
 std::optional<at::Tensor> smallArgExtremum(bool max, const at::Tensor& x, std::optional<int64_t> dim, bool keepdim);

@@ -831,3 +831,39 @@ def test_other_ternary_calls_keep_the_boxed_path_and_cpus_errors():
         assert torch.equal(fn(x.to("mtia"), y.to("mtia")).cpu(), expected)
     with pytest.raises(RuntimeError, match="torch.clamp: At least one of 'min' or 'max' must not be None"):
         torch.clamp(x.to("mtia"), None, None)
+
+
+@pytest.mark.parametrize("dtype", FLOATING, ids=str)
+def test_small_var_std_prod_norm_and_max_dim_take_the_unboxed_path_with_cpus_bits(dtype):
+    z = special_values(4 * 6 * 5, torch.float32).to(dtype).view(4, 6, 5)
+    finite = torch.where(z.isfinite(), z, torch.zeros((), dtype=dtype)).clamp(-2, 2)
+    for t in (z, finite):
+        for dim in (None, 0, -1, (0, 2)):
+            for keepdim in (False, True):
+                unboxed_equals_cpu(lambda a: torch.var(a, dim, keepdim=keepdim), t, close=True)
+                unboxed_equals_cpu(lambda a: torch.std(a, dim, correction=0, keepdim=keepdim), t, close=True)
+                unboxed_equals_cpu(lambda a: torch.linalg.vector_norm(a, 2, dim, keepdim), t, close=True)
+                unboxed_equals_cpu(lambda a: torch.linalg.vector_norm(a, float("inf"), dim, keepdim), t)
+        unboxed_equals_cpu(lambda a: a.prod(), t)
+        for dim in (0, 1, -1):
+            unboxed_equals_cpu(lambda a: a.prod(dim), t)
+            unboxed_equals_cpu(lambda a: a.prod(dim, keepdim=True), t)
+            for fn in (torch.max, torch.min):
+                unboxed_equals_cpu(lambda a: fn(a, dim)[0], t)
+                unboxed_equals_cpu(lambda a: fn(a, dim, keepdim=True)[1], t)
+
+
+def test_small_reductions_keep_cpus_errors():
+    x = torch.randn(4, 5)
+    cases = [(lambda t: t.var(3), IndexError, "Dimension out of range"),
+             (lambda t: t.std((0, 0)), RuntimeError, "dim 0 appears multiple times in the list of dims"),
+             (lambda t: t.prod(2), IndexError, "Dimension out of range"),
+             (lambda t: t.max(-3), IndexError, "Dimension out of range"),
+             (lambda t: t[:, :0].max(1), IndexError, "max\\(\\): Expected reduction dim 1 to have non-zero size"),
+             (lambda t: t.long().var(), RuntimeError, "std and var only support floating point and complex dtypes")]
+    for fn, error, message in cases:
+        with pytest.raises(error, match=message):
+            fn(x)
+        with pytest.raises(error, match=message):  # at the call, as on CPU
+            fn(x.to("mtia"))
+    torch.testing.assert_close(x.to("mtia").var(0).cpu(), x.var(0))  # the device stays usable

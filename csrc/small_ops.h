@@ -1,12 +1,11 @@
 // Small calls of ops whose kernels live in other files (the loops' softmax,
-// scans and argmax: low_precision_*.cpp), on the unboxed launch path
-// (pointwise.cpp): where the call is the plain case (its operands mtia
-// tensors, contiguous, 1 to GRAIN_SIZE elements, no neg/conj bit, no graph
-// being captured; its numbers in range), the result is allocated as CPU's
-// kernel makes it and a task runs CPU's out= kernel over the operands'
-// memory (CPU's bits); else nothing (the caller's boxed path then raises
-// CPU's errors at the call). An out-of-range index is an error of the
-// device's data: index_select raises it at the next synchronize.
+// gelu, scans, norms, max/min over a dim and argmax: low_precision_*.cpp),
+// on the unboxed launch path (pointwise.cpp): where the call is the plain
+// case (its operands mtia tensors, contiguous, 1 to GRAIN_SIZE elements, no
+// neg/conj bit, no graph being captured; its numbers and dims in range), the
+// result is allocated as CPU's kernel makes it and a task runs CPU's out=
+// kernel over the operands' memory (CPU's bits); else nothing (the caller's
+// boxed path then raises CPU's errors at the call).
 #pragma once
 
 #include <ATen/core/Tensor.h>

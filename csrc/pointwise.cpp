@@ -1211,7 +1211,14 @@ at::Tensor varStd(const at::Tensor& x, at::OptionalIntArrayRef dim, const std::o
                   bool keepdim) {
   static constexpr const char* name = kStd ? "aten::std" : "aten::var";
   static const c10::OperatorHandle h = handle(name, "correction");
-  const auto sizes = small(x) && (!correction || !correction->isComplex()) ? reducedSizes(x, dim, keepdim) : std::nullopt;
+  auto sizes = small(x) && (!correction || !correction->isComplex()) ? reducedSizes(x, dim, keepdim) : std::nullopt;
+  // (degrees of freedom <= 0: CPU's warning, which must reach the caller,
+  // and its NaN: the boxed path)
+  if (sizes) {
+    const int64_t kept = c10::multiply_integers(*sizes);
+    const double reduced = static_cast<double>(x.numel()) / static_cast<double>(std::max<int64_t>(kept, 1));
+    if (reduced - (correction ? correction->toDouble() : 1.0) <= 0) sizes = std::nullopt;
+  }
   if (!sizes) return boxedFallbackCall(h, {x, dim, correction, keepdim});
   c10::DeviceGuard guard(x.device());
   at::Tensor out = emptyDevice(*sizes, x.scalar_type());

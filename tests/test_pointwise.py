@@ -867,3 +867,7 @@ def test_small_reductions_keep_cpus_errors():
         with pytest.raises(error, match=message):  # at the call, as on CPU
             fn(x.to("mtia"))
     torch.testing.assert_close(x.to("mtia").var(0).cpu(), x.var(0))  # the device stays usable
+    for fn in (lambda t: t[:1, :1].var(), lambda t: t.var(1, correction=5), lambda t: t[:, :1].std(1)):
+        with pytest.warns(UserWarning, match="degrees of freedom is <= 0"):  # at the call, as on CPU
+            got = fn(x.to("mtia"))
+        torch.testing.assert_close(got.cpu(), fn(x), equal_nan=True)

@@ -24,7 +24,8 @@
 //    the same sizes and different dtypes (`x * mask`: mixed) make their
 //    promoted dtype (in place: where self's dtype can hold it);
 //  - clamp with tensor bounds, lerp with a tensor weight, addcmul/addcdiv
-//    (functional) of floating tensors all alike;
+//    (functional) of floating tensors all alike; cat of tensors of one
+//    dtype, rank and sizes but at dim;
 //  - floor_divide (`x // y`) of two such tensors (not bool) or a tensor and
 //    a number of its kind (a nonzero int, or a float for a floating one);
 //  - maximum, minimum, atan2, ... of two such tensors (kBinaryOps), the six
@@ -1271,6 +1272,51 @@ at::Tensor prodDim(const at::Tensor& x, int64_t dim, bool keepdim, std::optional
   return prodOf(x, dim, keepdim, dtype, h, {x, dim, keepdim, dtype});
 }
 
+// cat of tensors of the plain case: one dtype and device, one rank (at least
+// 1), the same sizes but at dim; the result no larger than GRAIN_SIZE.
+at::Tensor catSmall(const at::ITensorListRef& tensors, int64_t dim) {
+  static const c10::OperatorHandle h = handle("aten::cat", "");
+  std::vector<at::Tensor> ts;
+  for (const at::Tensor& t : tensors) ts.push_back(t);
+  bool plain = !ts.empty() && ts[0].defined() && ts[0].dim() >= 1;
+  const auto d = plain ? wrapDim(dim, ts[0].dim()) : std::nullopt;
+  plain = plain && d;
+  int64_t total = 0;
+  for (size_t k = 0; plain && k < ts.size(); ++k) {
+    const at::Tensor& t = ts[k];
+    plain = small(t, Dtypes::kAny) && t.scalar_type() == ts[0].scalar_type() && t.device() == ts[0].device() &&
+            t.dim() == ts[0].dim();
+    for (int64_t i = 0; plain && i < t.dim(); ++i) plain = i == *d || t.size(i) == ts[0].size(i);
+    total += plain ? t.size(*d) : 0;
+  }
+  if (plain) {
+    std::vector<int64_t> sizes = ts[0].sizes().vec();
+    sizes[*d] = total;
+    plain = c10::multiply_integers(sizes) <= at::internal::GRAIN_SIZE;
+  }
+  if (!plain) return boxedFallbackCall(h, {ts, dim});
+  std::vector<int64_t> sizes = ts[0].sizes().vec();
+  sizes[*d] = total;
+  c10::DeviceGuard guard(ts[0].device());
+  at::Tensor out = emptyDevice(sizes, ts[0].scalar_type());
+  std::vector<Operand> ins;
+  std::vector<std::vector<int64_t>> in_sizes;
+  for (const at::Tensor& t : ts) {
+    ins.emplace_back(t);
+    in_sizes.push_back(t.sizes().vec());
+  }
+  launchOnCurrentStream(ts[0].device().index(), "aten::cat",
+                        [ins = std::move(ins), in_sizes = std::move(in_sizes), d = *d, res = Operand(out), sizes] {
+                          static const auto op = handle("aten::cat", "out")
+                                                     .typed<at::Tensor&(const at::ITensorListRef&, int64_t, at::Tensor&)>();
+                          std::vector<at::Tensor> hosts;
+                          for (size_t k = 0; k < ins.size(); ++k) hosts.push_back(ins[k].host(in_sizes[k]));
+                          at::Tensor o = res.host(sizes);
+                          op.redispatch(kCPUKeys, at::ITensorListRef(hosts), d, o);
+                        });
+  return out;
+}
+
 }  // namespace
 
 std::optional<at::Tensor> smallVectorNorm(const at::Tensor& x, const c10::Scalar& ord, at::OptionalIntArrayRef dim,
@@ -1431,7 +1477,7 @@ const std::unordered_set<std::string>& unboxedOps() {
                           "bitwise_not", "logical_not", "where.self", "masked_fill_.Scalar", "sum.dim_IntList",
                           "mean.dim", "isnan", "rsub.Tensor", "floor_divide", "max", "min", "index_select",
                           "clamp.Tensor", "lerp.Tensor", "addcmul", "addcdiv", "var.correction",
-                          "std.correction", "prod", "prod.dim_int"})
+                          "std.correction", "prod", "prod.dim_int", "cat"})
       s.insert(n);
     s.insert(activationOps().begin(), activationOps().end());
     s.insert(reductionOps().begin(), reductionOps().end());
@@ -1489,6 +1535,7 @@ TORCH_LIBRARY_IMPL(aten, MTIA, m) {
   m.impl("std.correction", &varStd<true>);
   m.impl("prod", &prodAll);
   m.impl("prod.dim_int", &prodDim);
+  m.impl("cat", &catSmall);
 }
 
 }  // namespace openmtia

@@ -871,3 +871,34 @@ def test_small_reductions_keep_cpus_errors():
         with pytest.warns(UserWarning, match="degrees of freedom is <= 0"):  # at the call, as on CPU
             got = fn(x.to("mtia"))
         torch.testing.assert_close(got.cpu(), fn(x), equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", FLOATING + [torch.int64, torch.bool], ids=str)
+def test_small_cat_takes_the_unboxed_path_with_cpus_bits(dtype):
+    def sample(*shape, seed):
+        n = 1
+        for k in shape:
+            n *= k
+        if dtype == torch.bool:
+            return (torch.arange(n) % (2 + seed) == 0).view(shape)
+        if dtype == torch.int64:
+            return integers(n, dtype, seed).view(shape)
+        return special_values(n, torch.float32).roll(seed).to(dtype).view(shape)
+    a, b, c = sample(3, 4, seed=0), sample(2, 4, seed=1), sample(3, 5, seed=2)
+    unboxed_equals_cpu(lambda x, y: torch.cat([x, y]), a, b)
+    unboxed_equals_cpu(lambda x, y: torch.cat([x, y, x], 0), a, b)
+    unboxed_equals_cpu(lambda x, z: torch.cat([x, z], dim=-1), a, c)
+    unboxed_equals_cpu(lambda x: torch.cat([x]), a)
+
+
+def test_other_cat_calls_keep_the_boxed_path_and_cpus_errors():
+    a, b = torch.randn(3, 4), torch.randn(2, 5)
+    for fn in (lambda x, y: torch.cat([x, y.double()[:, :4]]), lambda x, y: torch.cat([x.t(), y[:, :4].t()], 1),
+               lambda x, y: torch.cat([x, torch.empty(0, device=x.device)])):  # mixed dtypes, non-contiguous, legacy empty
+        assert torch.equal(fn(a.to("mtia"), b.to("mtia")).cpu(), fn(a, b))
+    for fn, message in ((lambda x, y: torch.cat([x, y]), "Sizes of tensors must match except in dimension 0"),
+                        (lambda x, y: torch.cat([x, y], 2), "Dimension out of range")):
+        with pytest.raises((RuntimeError, IndexError), match=message):
+            fn(a, b)
+        with pytest.raises((RuntimeError, IndexError), match=message):  # at the call
+            fn(a.to("mtia"), b.to("mtia"))

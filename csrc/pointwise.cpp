@@ -657,6 +657,36 @@ at::Tensor isnan(const at::Tensor& x) {
 
 // ------------------------------------------------------- small reductions
 
+// dim wrapped into [0, ndim) (a 0-dim tensor takes 0 and -1), or nothing
+// where it is out of range (CPU's error: the boxed path).
+std::optional<int64_t> wrapDim(int64_t dim, int64_t ndim) {
+  const int64_t n = std::max<int64_t>(ndim, 1);
+  if (dim < -n || dim >= n) return std::nullopt;
+  return dim < 0 ? dim + n : dim;
+}
+
+// The sizes of a reduction of x over `dim` (none or empty: every dim), or
+// nothing where a dim is out of range or repeated (CPU's error: the boxed
+// path).
+std::optional<std::vector<int64_t>> reducedSizes(const at::Tensor& x, at::OptionalIntArrayRef dim, bool keepdim) {
+  const int64_t ndim = x.dim();
+  std::vector<bool> reduced(std::max<int64_t>(ndim, 1), !dim || dim->empty());
+  if (dim && !dim->empty()) {
+    for (int64_t d : *dim) {
+      const auto w = wrapDim(d, ndim);
+      if (!w || reduced[*w]) return std::nullopt;
+      reduced[*w] = true;
+    }
+  }
+  std::vector<int64_t> sizes;
+  for (int64_t d = 0; d < ndim; ++d) {
+    if (!reduced[d]) sizes.push_back(x.size(d));
+    else if (keepdim) sizes.push_back(1);
+  }
+  return sizes;
+}
+
+
 // A reduction of every element to a 0-dim result of the tensor's dtype: sum
 // (no dtype, or the tensor's), amax and amin (dim=[], keepdim=False). CPU's
 // out= kernel over the elements (a contiguous reduction of all dimensions is
@@ -744,28 +774,12 @@ at::Tensor reduceDims(const at::Tensor& x, at::OptionalIntArrayRef dim, bool kee
   if (const int64_t k = dim ? leadingDims(x, *dim) : -1; (!dtype || *dtype == x.scalar_type()) && k >= 0 &&
                                                         fusedReduction(x))
     return fusedLeadingReductionResult(kMean ? Reduction::kMean : Reduction::kSum, x, k, keepdim);
-  const int64_t ndim = x.dim();
-  std::vector<bool> reduced(std::max<int64_t>(ndim, 1), false);
   // (an empty dim list: every dim, as CPU's rule for sum and mean has it;
   // Tensor.mean() is mean.dim over [])
-  bool plain = small(x) && (!dtype || *dtype == x.scalar_type()) && ndim > 0;
-  if (plain && dim && !dim->empty()) {
-    for (int64_t d : *dim) {
-      if (d < -ndim || d >= ndim || reduced[d < 0 ? d + ndim : d]) {
-        plain = false;
-        break;
-      }
-      reduced[d < 0 ? d + ndim : d] = true;
-    }
-  } else {
-    std::fill(reduced.begin(), reduced.end(), true);  // dim None: all of them
-  }
-  if (!plain) return boxedFallbackCall(h, {x, dim, keepdim, dtype});
-  std::vector<int64_t> out_sizes;
-  for (int64_t d = 0; d < ndim; ++d) {
-    if (!reduced[d]) out_sizes.push_back(x.size(d));
-    else if (keepdim) out_sizes.push_back(1);
-  }
+  const bool plain = small(x) && (!dtype || *dtype == x.scalar_type()) && x.dim() > 0;
+  const auto reduced_sizes = plain ? reducedSizes(x, dim, keepdim) : std::nullopt;
+  if (!reduced_sizes) return boxedFallbackCall(h, {x, dim, keepdim, dtype});
+  const std::vector<int64_t>& out_sizes = *reduced_sizes;
   c10::DeviceGuard guard(x.device());
   at::Tensor out = emptyDevice(out_sizes, x.scalar_type());
   std::vector<int64_t> dims;  // (empty: every dim)
@@ -1133,14 +1147,6 @@ at::Tensor addcop(const at::Tensor& self, const at::Tensor& t1, const at::Tensor
   return out;
 }
 
-// dim wrapped into [0, ndim) (a 0-dim tensor takes 0 and -1), or nothing
-// where it is out of range (CPU's error: the boxed path).
-std::optional<int64_t> wrapDim(int64_t dim, int64_t ndim) {
-  const int64_t n = std::max<int64_t>(ndim, 1);
-  if (dim < -n || dim >= n) return std::nullopt;
-  return dim < 0 ? dim + n : dim;
-}
-
 // max() and min() of every element: a 0-dim result of the tensor's dtype
 // (CPU's max.unary_out in the task).
 template <bool kMax>
@@ -1182,27 +1188,6 @@ at::Tensor indexSelect(const at::Tensor& x, int64_t dim, const at::Tensor& index
                           op.redispatch(kCPUKeys, in.host(xs), d, i.host(), o);
                         });
   return out;
-}
-
-// The sizes of a reduction of x over `dim` (none or empty: every dim), or
-// nothing where a dim is out of range or repeated (CPU's error: the boxed
-// path).
-std::optional<std::vector<int64_t>> reducedSizes(const at::Tensor& x, at::OptionalIntArrayRef dim, bool keepdim) {
-  const int64_t ndim = x.dim();
-  std::vector<bool> reduced(std::max<int64_t>(ndim, 1), !dim || dim->empty());
-  if (dim && !dim->empty()) {
-    for (int64_t d : *dim) {
-      const auto w = wrapDim(d, ndim);
-      if (!w || reduced[*w]) return std::nullopt;
-      reduced[*w] = true;
-    }
-  }
-  std::vector<int64_t> sizes;
-  for (int64_t d = 0; d < ndim; ++d) {
-    if (!reduced[d]) sizes.push_back(x.size(d));
-    else if (keepdim) sizes.push_back(1);
-  }
-  return sizes;
 }
 
 // var / std (kStd) with a correction over dims (none: every element) of a
@@ -1443,13 +1428,10 @@ std::optional<at::Tensor> smallGeluBackward(const at::Tensor& grad, const at::Te
 }
 
 std::optional<at::Tensor> smallArgExtremum(bool max, const at::Tensor& x, std::optional<int64_t> dim, bool keepdim) {
-  const auto d = dim ? wrapDim(*dim, x.dim()) : std::optional<int64_t>(0);
-  if (!x.defined() || !d || !small(x, Dtypes::kIntegral)) return std::nullopt;
-  std::vector<int64_t> sizes;
-  for (int64_t k = 0; k < x.dim(); ++k) {
-    if (dim && k != *d) sizes.push_back(x.size(k));
-    else if (keepdim) sizes.push_back(1);
-  }
+  if (!x.defined() || !small(x, Dtypes::kIntegral)) return std::nullopt;
+  const auto reduced_sizes = reducedSizes(x, dim ? at::OptionalIntArrayRef(*dim) : std::nullopt, keepdim);
+  if (!reduced_sizes) return std::nullopt;
+  const std::vector<int64_t>& sizes = *reduced_sizes;
   c10::DeviceGuard guard(x.device());
   at::Tensor out = emptyDevice(sizes, at::kLong);
   launchOnCurrentStream(x.device().index(), max ? "aten::argmax" : "aten::argmin",

@@ -17,6 +17,7 @@
 #include "common.h"
 #include "host_gemm.h"
 #include "low_precision_kernels.h"
+#include "low_precision_tables.h"
 
 namespace openmtia {
 namespace {
@@ -425,6 +426,7 @@ void callOverBits(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 
 void callCpuKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, bool float32, int64_t work) {
   if (!float32) {
+    if (callOverTable(op, stack, work)) return;
     if (bitsCall(op, *stack)) return callOverBits(op, stack);
     op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
     return;
@@ -502,7 +504,7 @@ const std::unordered_set<std::string>& lowPrecisionMatrixOps() {
 const std::unordered_set<std::string>& lowPrecisionStandInOps() {
   static const std::unordered_set<std::string> ops = {
       "aten::_scaled_dot_product_flash_attention_for_cpu", "aten::_scaled_dot_product_flash_attention_for_cpu_backward",
-      "aten::erfinv", "aten::erfc", "aten::xlogy", "aten::sinc"};
+      "aten::xlogy"};
   return ops;
 }
 

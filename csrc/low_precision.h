@@ -106,24 +106,20 @@ const std::unordered_set<std::string>& lowPrecisionMatrixOps();
 const std::unordered_set<std::string>& lowPrecisionOrderOps();
 // Ops whose CPU bf16/fp16 kernels are slower than their float32 ones plus
 // the conversions on every host, "aten::name": sdpa's flash kernels
-// (csrc/attention.cpp), erfinv, erfc, xlogy, sinc. float32Call takes their
-// bf16/fp16
-// calls where activationPath says kFloat32 (not in mode native), on hosts
-// with native bf16 too: CPU's bf16 flash backward took 6.6 ms for the main
-// job's attention (64x4x12x32, causal) against 0.58 ms over float32
-// stand-ins (float32 itself 0.50); on 1024x1024 (AVX2 setting; bf16 / fp16
-// time over float32's) erfinv 10.1 -> 1.13, erfc 3.2 -> 1.16, xlogy
-// 1.11/1.16 -> 1.05, sinc 1.10/1.14 -> 1.02/1.03. (Not logit, 1.3/1.9 ->
-// 1.05/0.98: CPU's bf16 kernel is off by up to 0.006 near 0, beyond bf16's
-// tolerances of the float32 result; nor std()/var() of every element, 7.4
-// -> 1.17: CPU's bf16 kernel accumulates in float64, float32's overflows
-// to NaN for values near bf16's largest; float64 stand-ins would cost 1.22.)
-// The conversions cost about two passes
-// of a memory-bound float32 op: not for cheap ops (bf16 group_norm went
-// 1.3 -> 1.8x float32's time over stand-ins, fp16 avg_pool2d 1.05 -> 1.1,
-// clamp with tensor bounds 3.3 -> 5.3, maximum 1.5 -> 11), nor for the
-// transcendental ones whose CPU kernels cost 1.1-1.25x (exp2, expm1,
-// log1p, tan, sinh, elu, softplus: the same over stand-ins).
+// (csrc/attention.cpp) and xlogy. float32Call takes their bf16/fp16 calls
+// where activationPath says kFloat32 (not in mode native), on hosts with
+// native bf16 too: CPU's bf16 flash backward took 6.6 ms for the main job's
+// attention (64x4x12x32, causal) against 0.58 ms over float32 stand-ins
+// (float32 itself 0.50); on 1024x1024 (AVX2 setting; bf16 / fp16 time over
+// float32's) xlogy 1.11/1.16 -> 1.05. (Functions of one tensor, erfinv,
+// erfc and sinc among them, are tables of CPU's results instead:
+// low_precision_tables.h. Not std()/var() of every element, 7.4 -> 1.17:
+// CPU's bf16 kernel accumulates in float64, float32's overflows to NaN for
+// values near bf16's largest; float64 stand-ins would cost 1.22.) The
+// conversions cost about two passes of a memory-bound float32 op: not for
+// cheap ops (bf16 group_norm went 1.3 -> 1.8x float32's time over
+// stand-ins, fp16 avg_pool2d 1.05 -> 1.1, clamp with tensor bounds 3.3 ->
+// 5.3, maximum 1.5 -> 11).
 const std::unordered_set<std::string>& lowPrecisionStandInOps();
 // Ops that only move elements (flip, gather, scatter with a tensor of
 // values), "aten::name": where activationPath says kFloat32 (not in mode

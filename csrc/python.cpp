@@ -21,6 +21,7 @@
 #include "low_precision_norm.h"
 #include "low_precision_reductions.h"
 #include "low_precision_softmax.h"
+#include "low_precision_tables.h"
 #include "plan_cache.h"
 
 namespace py = pybind11;
@@ -154,6 +155,8 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("_low_precision_float32_calls", &openmtia::lowPrecisionFloat32Calls);
   m.def("_low_precision_bits_calls", &openmtia::lowPrecisionBitsCalls);
+  m.def("_low_precision_table_calls", &openmtia::lowPrecisionTableCalls);
+  m.def("_low_precision_tables_made", &openmtia::lowPrecisionTablesMade);
   m.def("_low_precision_chunked_calls", &openmtia::lowPrecisionChunkedCalls);
   m.def("_low_precision_gemm_entries", &openmtia::lowPrecisionGemmEntries);
   // the host GEMM (host_gemm.h; OPENMTIA_HOST_GEMM=0 at start disables it)

@@ -30,6 +30,24 @@ bool rowOf(const at::Tensor& a, const at::Tensor& b) {
   return sizes.size() <= a.sizes().size() && a.sizes().slice(a.dim() - sizes.size()).equals(sizes);
 }
 
+// Whether b is a column of a: contiguous, of a's dtype and device, a's
+// sizes but the last, which is 1, with rows of at least kMinPeriod
+// elements (x * rsqrt(mean), a row's scale); out[r, j] = a[r, j] kind b[r]
+// then: each row the number loop with b[r] as its number (b[r] widened
+// exactly, as CPU's broadcast takes it).
+bool columnOf(const at::Tensor& a, const at::Tensor& b) {
+  if (!b.defined() || b.device() != a.device() || b.scalar_type() != a.scalar_type() || !b.is_contiguous() ||
+      b.is_neg() || b.is_conj() || a.dim() == 0 || b.dim() != a.dim() || b.size(-1) != 1 ||
+      a.size(-1) < kMinPeriod)
+    return false;
+  return a.sizes().slice(0, a.dim() - 1).equals(b.sizes().slice(0, b.dim() - 1));
+}
+
+float widened(bool bf16, uint16_t bits) {
+  return bf16 ? static_cast<float>(c10::BFloat16(bits, c10::BFloat16::from_bits()))
+              : static_cast<float>(c10::Half(bits, c10::Half::from_bits()));
+}
+
 // A bound CPU's clamp converts to the dtype (Scalar::to, which raises where
 // it overflows): real, not NaN (CPU's vector and scalar loops disagree on a
 // NaN bound), and within the dtype's range.
@@ -54,10 +72,19 @@ void launchLoops(Arithmetic kind, const at::Tensor& a, const at::Tensor& b, floa
   const auto* y = b.defined() ? static_cast<const uint16_t*>(b.data_ptr()) : nullptr;
   auto* o = static_cast<uint16_t*>(out.data_ptr());
   const int64_t n = a.numel();
-  const int64_t period = y && b.numel() < n ? b.numel() : 0;  // b a row of a (rowOf)
+  const bool column = y && columnOf(a, b);
+  const int64_t period = y && !column && b.numel() < n ? b.numel() : 0;  // b a row of a (rowOf)
+  const int64_t row = column ? a.size(-1) : 0;
   launchOnCurrentStream(a.device().index(), kNames[static_cast<int>(kind)], [=] {
     const int64_t work = n * (y ? 3 : 2);
     useKernelThreads(work);
+    if (column) {  // each row a kind its number
+      forEachThread(n / row, [&](int64_t first, int64_t last) {
+        for (int64_t r = first; r < last; ++r)
+          arithmeticLoop(kind, bf16, x + r * row, nullptr, widened(bf16, y[r]), f, o + r * row, row);
+      });
+      return;
+    }
     if (period) {  // the rows shared among the threads
       forEachThread(n / period, [&](int64_t first, int64_t last) {
         for (int64_t r = first; r < last; ++r)
@@ -75,7 +102,7 @@ void launchLoops(Arithmetic kind, const at::Tensor& a, const at::Tensor& b, floa
 
 bool fusedArithmetic(const at::Tensor& a, const at::Tensor& b, const c10::Scalar& alpha) {
   if (alpha.isComplex()) return false;
-  return rowOf(a, b) ? loopsTake(a) : loopsTake(a, b);
+  return rowOf(a, b) || columnOf(a, b) ? loopsTake(a) : loopsTake(a, b);
 }
 
 void launchArithmetic(Arithmetic kind, const at::Tensor& a, const at::Tensor& b, double number,
@@ -109,24 +136,26 @@ void launchLerp(const at::Tensor& self, const at::Tensor& end, const c10::Scalar
   launchLoops(Arithmetic::kLerp, self, end, 0.0f, static_cast<float>(weight.toDouble()), out);  // (CPU: in float32)
 }
 
-bool fusedAddc(const at::Tensor& self, const at::Tensor& t1, const at::Tensor& t2, const c10::Scalar& value) {
-  return !value.isComplex() && loopsTake(self, t1) && loopsTake(self, t2) &&
+bool fusedTernary(const at::Tensor& self, const at::Tensor& t1, const at::Tensor& t2) {
+  return loopsTake(self, t1) && loopsTake(self, t2) &&
          at::get_overlap_status(self, t1) != at::MemOverlapStatus::Partial &&
          at::get_overlap_status(self, t2) != at::MemOverlapStatus::Partial;
 }
 
-void launchAddc(bool div, const at::Tensor& self, const at::Tensor& t1, const at::Tensor& t2, const c10::Scalar& value) {
+void launchTernary(Ternary kind, const at::Tensor& self, const at::Tensor& t1, const at::Tensor& t2, float value,
+                   const at::Tensor& out) {
+  static const char* const kNames[] = {"aten::addcmul", "aten::addcdiv", "aten::lerp", "aten::clamp"};
   const bool bf16 = self.scalar_type() == at::kBFloat16;
   g_calls.fetch_add(1, std::memory_order_relaxed);
-  auto* s = static_cast<uint16_t*>(self.data_ptr());
+  const auto* s = static_cast<const uint16_t*>(self.data_ptr());
   const auto* a = static_cast<const uint16_t*>(t1.data_ptr());
   const auto* b = static_cast<const uint16_t*>(t2.data_ptr());
+  auto* o = static_cast<uint16_t*>(out.data_ptr());
   const int64_t n = self.numel();
-  const auto v = static_cast<float>(value.toDouble());
-  launchOnCurrentStream(self.device().index(), div ? "aten::addcdiv_" : "aten::addcmul_", [=] {
+  launchOnCurrentStream(self.device().index(), kNames[static_cast<int>(kind)], [=] {
     useKernelThreads(n * 4);
     forEachThread(n, [&](int64_t begin, int64_t end) {
-      addcLoop(div, bf16, s + begin, a + begin, b + begin, v, s + begin, end - begin);
+      ternaryLoop(kind, bf16, s + begin, a + begin, b + begin, value, o + begin, end - begin);
     });
   });
 }

@@ -1,4 +1,4 @@
-// bf16 and fp16 add, sub, mul, div, clamp, rsub and lerp at float32 speed
+// bf16 and fp16 add, sub, mul, div, clamp, rsub, lerp, addcmul and addcdiv at float32 speed
 // on every host.
 //
 // CPU PyTorch's bf16/fp16 binary arithmetic widens each vector to float32,
@@ -9,7 +9,9 @@
 // and in place) of a contiguous bf16/fp16 mtia tensor of more than GRAIN_SIZE
 // elements with another such tensor (same dtype and sizes), a contiguous
 // one that broadcasts along its leading dims (rows: a bias, an attention
-// mask; at least kMinPeriod elements), or a real number run
+// mask; at least kMinPeriod elements), a contiguous column (a's sizes but a
+// last dim of 1: a scale per row, as RMSNorm's x * rsqrt(mean); rows of at
+// least kMinPeriod elements), or a real number run
 // low_precision_kernels.h's loops: computed in float32 and rounded once,
 // as CPU's vectorized loop does (add: x + alpha * y in one fused
 // multiply-add; alpha 1: CPU's results bit for bit). alpha and a number are
@@ -37,7 +39,8 @@ constexpr int64_t kMinPeriod = 64;
 // number), alpha real.
 bool fusedArithmetic(const at::Tensor& a, const at::Tensor& b, const c10::Scalar& alpha);
 // Launches out = a kind b (b undefined: a kind number; b with fewer
-// elements than a: a row repeated along a's leading dims), out a fresh
+// elements than a: a row repeated along a's leading dims, or a column, one
+// element per row of a), out a fresh
 // contiguous tensor like a or a itself (in place), as a task on a's device's
 // current stream. Call only where fusedArithmetic(a, b, alpha).
 void launchArithmetic(Arithmetic kind, const at::Tensor& a, const at::Tensor& b, double number,
@@ -56,12 +59,15 @@ void launchClamp(const at::Tensor& a, const std::optional<c10::Scalar>& lo, cons
 // launch (out as above).
 bool fusedLerp(const at::Tensor& self, const at::Tensor& end, const c10::Scalar& weight);
 void launchLerp(const at::Tensor& self, const at::Tensor& end, const c10::Scalar& weight, const at::Tensor& out);
-// self.addcmul_(t1, t2, value) and addcdiv_ (an optimizer's step) through
-// the loops: whether they take it (self, t1 and t2 alike, as for
-// fusedArithmetic; value real), and the launch on self in place. value is
-// taken in float32, as CPU's kernel takes it.
-bool fusedAddc(const at::Tensor& self, const at::Tensor& t1, const at::Tensor& t2, const c10::Scalar& value);
-void launchAddc(bool div, const at::Tensor& self, const at::Tensor& t1, const at::Tensor& t2, const c10::Scalar& value);
+// Three operands through ternaryLoop (low_precision_kernels.h): addcmul,
+// addcdiv (functional and in place: an optimizer's step; value taken in
+// float32, as CPU's kernel takes it), lerp with a tensor weight, clamp with
+// tensor bounds. Whether the loops take self, t1 and t2 (each alike, as for
+// fusedArithmetic, none partly overlapping self), and the launch: out a
+// fresh tensor like self, or self itself.
+bool fusedTernary(const at::Tensor& self, const at::Tensor& t1, const at::Tensor& t2);
+void launchTernary(Ternary kind, const at::Tensor& self, const at::Tensor& t1, const at::Tensor& t2, float value,
+                   const at::Tensor& out);
 // How many calls the loops ran so far (for tests).
 int64_t fusedArithmeticCalls();
 

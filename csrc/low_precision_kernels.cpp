@@ -204,10 +204,10 @@ void arithmeticLoop(Arithmetic kind, bool bf16, const uint16_t* x, const uint16_
   else avx2::arithmetic(kind, bf16, x, y, s, alpha, out, n);
 }
 
-void addcLoop(bool div, bool bf16, const uint16_t* self, const uint16_t* t1, const uint16_t* t2, float value,
-              uint16_t* out, int64_t n) {
-  if (wide()) avx512::addc(div, bf16, self, t1, t2, value, out, n);
-  else avx2::addc(div, bf16, self, t1, t2, value, out, n);
+void ternaryLoop(Ternary kind, bool bf16, const uint16_t* self, const uint16_t* t1, const uint16_t* t2, float value,
+                 uint16_t* out, int64_t n) {
+  if (wide()) avx512::ternary(kind, bf16, self, t1, t2, value, out, n);
+  else avx2::ternary(kind, bf16, self, t1, t2, value, out, n);
 }
 
 void compareLoop(Comparison kind, bool bf16, const uint16_t* x, const uint16_t* y, float s, bool* out, int64_t n) {

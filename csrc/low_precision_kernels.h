@@ -157,10 +157,15 @@ enum class Arithmetic { kAdd, kSub, kMul, kDiv, kClamp, kRsub, kLerp };
 void arithmeticLoop(Arithmetic kind, bool bf16, const uint16_t* x, const uint16_t* y, float s, float alpha,
                     uint16_t* out, int64_t n);
 
-// out[i] = self[i] + value * t1[i] * t2[i] (div: ... / t2[i]) in float32,
-// rounded once (CPU's addcmul/addcdiv of bf16/fp16); out may be self.
-void addcLoop(bool div, bool bf16, const uint16_t* self, const uint16_t* t1, const uint16_t* t2, float value,
-              uint16_t* out, int64_t n);
+// Elementwise functions of three operands, in float32 and rounded once, as
+// CPU's vectorized loops of bf16/fp16: addcmul out = self + value * t1 *
+// t2, addcdiv self + value * t1 / t2, lerp self + t2 * (t1 - self) with a
+// tensor weight t2 (CPU's form: |t2| < 0.5 ? fma(t2, t1 - self, self) :
+// fma(t2 - 1, t1 - self, t1)), clamp min(max(self, t1), t2) (NaN where any
+// operand is; value unused by the last two). out may be self.
+enum class Ternary { kAddcmul, kAddcdiv, kLerp, kClamp };
+void ternaryLoop(Ternary kind, bool bf16, const uint16_t* self, const uint16_t* t1, const uint16_t* t2, float value,
+                 uint16_t* out, int64_t n);
 
 // The six comparisons, in ATen's order (lt, le, gt, ge, eq, ne).
 enum class Comparison { kLt, kLe, kGt, kGe, kEq, kNe };

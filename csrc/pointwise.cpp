@@ -477,8 +477,9 @@ template <bool kDiv>
 at::Tensor& addcop_(at::Tensor& self, const at::Tensor& t1, const at::Tensor& t2, const c10::Scalar& value) {
   static constexpr const char* name = kDiv ? "aten::addcdiv_" : "aten::addcmul_";
   static const c10::OperatorHandle h = handle(name, "");
-  if (fusedAddc(self, t1, t2, value)) {  // bf16/fp16 above GRAIN_SIZE elements: the loops
-    launchAddc(kDiv, self, t1, t2, value);
+  if (!value.isComplex() && fusedTernary(self, t1, t2)) {  // bf16/fp16 above GRAIN_SIZE elements: the loops
+    launchTernary(kDiv ? Ternary::kAddcdiv : Ternary::kAddcmul, self, t1, t2, static_cast<float>(value.toDouble()),
+                  self);
     return self;
   }
   if (!inplacePlain(self, {&t1, &t2}) || value.isComplex()) {
@@ -1092,6 +1093,15 @@ at::Tensor floorDivide(const at::Tensor& a, const at::Tensor& b) {
 at::Tensor clampTensors(const at::Tensor& a, const std::optional<at::Tensor>& lo, const std::optional<at::Tensor>& hi) {
   static const c10::OperatorHandle h = handle("aten::clamp", "Tensor");
   const bool has_lo = lo && lo->defined(), has_hi = hi && hi->defined();
+  // bf16/fp16 above GRAIN_SIZE: the loops (one bound: CPU's maximum or
+  // minimum kernel, the activation loop's kinds)
+  if (has_lo && has_hi && fusedTernary(a, *lo, *hi))
+    return launchedLike(a, [&](const at::Tensor& out) { launchTernary(Ternary::kClamp, a, *lo, *hi, 0.0f, out); });
+  if (has_lo != has_hi) {
+    const Activation kind = has_lo ? Activation::kMaximum : Activation::kMinimum;
+    const at::Tensor& bound = has_lo ? *lo : *hi;
+    if (fusedActivation(kind, a, bound)) return fusedActivationResult(kind, a, bound);
+  }
   if (!(has_lo || has_hi) || (has_lo && !alike(a, *lo)) || (has_hi && !alike(a, *hi)) || !small(a))
     return boxedFallbackCall(h, {a, lo, hi});
   c10::DeviceGuard guard(a.device());
@@ -1115,6 +1125,8 @@ at::Tensor clampTensors(const at::Tensor& a, const std::optional<at::Tensor>& lo
 
 at::Tensor lerpTensor(const at::Tensor& self, const at::Tensor& end, const at::Tensor& weight) {
   static const c10::OperatorHandle h = handle("aten::lerp", "Tensor");
+  if (fusedTernary(self, end, weight))  // bf16/fp16 above GRAIN_SIZE: the loops
+    return launchedLike(self, [&](const at::Tensor& out) { launchTernary(Ternary::kLerp, self, end, weight, 0.0f, out); });
   if (!alike(self, end) || !alike(self, weight)) return boxedFallbackCall(h, {self, end, weight});
   c10::DeviceGuard guard(self.device());
   at::Tensor out = emptyDeviceLike(self);
@@ -1133,6 +1145,10 @@ template <bool kDiv>
 at::Tensor addcop(const at::Tensor& self, const at::Tensor& t1, const at::Tensor& t2, const c10::Scalar& value) {
   static constexpr const char* name = kDiv ? "aten::addcdiv" : "aten::addcmul";
   static const c10::OperatorHandle h = handle(name, "");
+  if (!value.isComplex() && fusedTernary(self, t1, t2))  // bf16/fp16 above GRAIN_SIZE: the loops
+    return launchedLike(self, [&](const at::Tensor& out) {
+      launchTernary(kDiv ? Ternary::kAddcdiv : Ternary::kAddcmul, self, t1, t2, static_cast<float>(value.toDouble()), out);
+    });
   if (!alike(self, t1) || !alike(self, t2) || value.isComplex()) return boxedFallbackCall(h, {self, t1, t2, value});
   c10::DeviceGuard guard(self.device());
   at::Tensor out = emptyDeviceLike(self);

@@ -135,6 +135,34 @@ def test_row_broadcast_bits_as_cpu(shapes, dtype, mode):
             assert same_bits(got, cpu), name
 
 
+# (x, a column of it): a scale per row (RMSNorm's x * rsqrt(mean), a softmax's 1 / sum)
+COLUMN_SHAPES = [((GRAIN // 64 + 1, 64), (GRAIN // 64 + 1, 1)), ((171, 200), (171, 1)), ((4, 65, 129), (4, 65, 1)),
+                 ((C._parallel_work() // 4096 + 2, 4096), (C._parallel_work() // 4096 + 2, 1))]
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+@pytest.mark.parametrize("shapes", COLUMN_SHAPES, ids=str)
+def test_column_broadcast_bits_as_cpu(shapes, dtype, mode):
+    # out[r, j] = x[r, j] op column[r]: CPU's results bit for bit, in place too
+    g = torch.Generator().manual_seed(shapes[0][-1])
+    x = (torch.randn(shapes[0], generator=g) * 3).to(dtype)
+    x.view(-1)[7:12] = torch.tensor([float("nan"), float("inf"), -float("inf"), 0.0, -0.0])
+    col = (torch.randn(shapes[1], generator=g) * 3).to(dtype)
+    col.view(-1)[:6] = torch.tensor([float("nan"), float("inf"), -float("inf"), 0.0, -0.0, 1e-30])
+    for name, f in (("add", operator.add), ("sub", operator.sub), ("mul", operator.mul), ("div", operator.truediv),
+                    ("add_alpha_1", lambda t, c: torch.add(t, c, alpha=1)), ("sub_", lambda t, c: t.sub_(c)),
+                    ("div_", lambda t, c: t.div_(c)), ("add_alpha", lambda t, c: torch.add(t, c, alpha=0.3))):
+        for _ in range(2):  # first and later calls
+            got, cpu = on_mtia(mode, f, x.clone(), col), f(x.clone(), col)
+            assert got.dtype == cpu.dtype and got.shape == cpu.shape, name
+            if name == "add_alpha" and mode == "fused":  # (CPU's scalar tail of each row rounds alpha * c on its own:
+                # against its vector loop's formula, one fused multiply-add in float32)
+                alpha = torch.tensor(0.3).to(dtype).double()
+                assert same_bits(got, (x.double() + alpha * col.double()).float().to(dtype)), name
+            else:
+                assert same_bits(got, cpu), name
+
+
 CLAMPS = {
     "clamp": lambda t: t.clamp(-0.7, 1.3),  # bounds rounded to the dtype
     "clamp_min": lambda t: t.clamp(min=0.0),  # -0.0 stays -0.0, as CPU's max(min, x)
@@ -165,9 +193,10 @@ def test_clamp_bits_as_cpu(case, n, dtype, mode):
 @pytest.mark.parametrize("dtype", LOW, ids=str)
 def test_clamps_the_loops_do_not_take(dtype, mode):
     # a NaN bound (CPU's vector and scalar loops differ), a bound the dtype
-    # cannot hold (CPU raises, at the call), tensor bounds: CPU's kernels
+    # cannot hold (CPU raises, at the call): CPU's kernels (tensor bounds:
+    # test_tensor_lerp_and_clamp_bits_as_cpu)
     x = torch.randn(GRAIN + 5).to(dtype)
-    for f in (lambda t: t.clamp(min=float("nan")), lambda t: t.clamp(torch.zeros_like(t), torch.ones_like(t))):
+    for f in (lambda t: t.clamp(min=float("nan")),):
         got, cpu = on_mtia(mode, f, x, fused=False), f(x)
         assert got.dtype == cpu.dtype and torch.equal(got.isnan(), cpu.isnan())
     big = 1e39 if dtype == torch.bfloat16 else 7e4
@@ -200,8 +229,8 @@ def test_lerp_bits_as_cpu(weight, dtype, mode):
     assert C._fused_arithmetic_calls() - n == (1 if mode == "fused" else 0)
     assert r is m and m.data_ptr() == ptr and m._version == version + 1
     assert same_bits(m.cpu(), a.clone().lerp_(b, weight))
-    # a tensor weight, broadcast ends, partly overlapping operands: CPU's kernel (and its error)
-    for f in (lambda x, y: torch.lerp(x, y, torch.full_like(x, 0.3)), lambda x, y: torch.lerp(x, y[:1], 0.3)):
+    # broadcast ends, partly overlapping operands: CPU's kernel (and its error)
+    for f in (lambda x, y: torch.lerp(x, y[:1], 0.3), lambda x, y: torch.lerp(x, y, torch.full_like(x[:1], 0.3))):
         got = on_mtia(mode, f, a, b, fused=False)
         assert same_bits(got, f(a, b))
     with pytest.raises(RuntimeError, match="unsupported operation"):
@@ -227,7 +256,7 @@ def test_calls_the_loops_do_not_take_match_cpu(dtype, mode):
         (operator.add, a[:10], b[:10]),  # small: CPU's kernel, bit for bit
         (operator.mul, a.t(), b.t()),  # not contiguous
         (operator.add, a, b.float()),  # mixed dtypes: float32 result
-        (operator.sub, a, b[:, :1].contiguous()),  # broadcast along the last dim
+        (operator.sub, a.view(-1, 50), b.view(-1, 50)[:, :1].contiguous()),  # a column of rows under 64 elements
         (operator.add, a.view(-1, 50), b.view(-1, 50)[:1]),  # a row of fewer than 64 elements
         (lambda x, y: x * y[:, 0], a, b.view(200, 300)),  # a strided row
         (operator.add, b[0], a),  # the row first
@@ -310,3 +339,80 @@ def test_addcmul_calls_the_loops_do_not_take_match_cpu(dtype, mode):
         torch.mtia.synchronize()
         assert C._fused_arithmetic_calls() == n0, name
         torch.testing.assert_close(m.cpu() if name != "strided" else m.cpu()[::2], want, msg=name)
+
+
+def three(n, dtype, seed):
+    g = torch.Generator().manual_seed(seed)
+    x, y, z = ((torch.randn(n, generator=g) * 3).to(dtype) for _ in range(3))
+    edge = [float("nan"), float("inf"), -float("inf"), 0.0, -0.0, 0.5, -0.5, 0.25]
+    for t, k in ((x, 0), (y, 3), (z, 5)):  # specials in each operand, at different places
+        t[k * 8: k * 8 + 8] = torch.tensor(edge[k % 8:] + edge[:k % 8])
+    return x, y, z
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+@pytest.mark.parametrize("n", [GRAIN + 1, GRAIN + 17, C._parallel_work() // 2 + 999])
+def test_tensor_lerp_and_clamp_bits_as_cpu(n, dtype, mode):
+    # lerp with a tensor weight (CPU's vector formula per element) and clamp
+    # with tensor bounds (minimum(maximum(x, lo), hi), NaN where any operand
+    # is; crossed bounds give hi), one bound (maximum / minimum): CPU's bits
+    x, y, w = three(n, dtype, n)
+    w = torch.where(torch.arange(n) % 3 == 0, w, (w * 0.2).to(dtype))  # weights on both sides of 0.5
+    lo, hi = y, (y + w.abs() * (torch.arange(n) % 5 != 0)).to(dtype)  # some bounds equal
+    hi = torch.where(torch.arange(n) % 7 == 0, y - 1, hi).to(dtype)  # some crossed
+    for name, f, args in (("lerp", torch.lerp, (x, y, w)), ("clamp", torch.clamp, (x, lo, hi)),
+                          ("clamp_min", lambda a, b: torch.clamp(a, min=b), (x, lo)),
+                          ("clamp_max", lambda a, b: torch.clamp(a, max=b), (x, hi))):
+        for _ in range(2):  # first and later calls
+            fused = name in ("lerp", "clamp")
+            n0, a0 = C._fused_arithmetic_calls(), C._fused_activation_calls()
+            got = f(*(t.to("mtia") for t in args))
+            torch.mtia.synchronize()
+            calls = C._fused_arithmetic_calls() - n0 if fused else C._fused_activation_calls() - a0
+            assert calls == (1 if mode == "fused" else 0), name
+            assert same_bits(got.cpu(), f(*args)), name
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+@pytest.mark.parametrize("op", ["addcmul", "addcdiv"])
+def test_functional_addcmul_addcdiv_match_cpu(op, dtype, mode):
+    # the in-place loop into a fresh tensor: CPU's results within the dtype's tolerance
+    s, t1, t2 = three(GRAIN + 33, dtype, 11)
+    for value in (1, 0.001, -2.5):
+        f = lambda s, a, b: getattr(torch, op)(s, a, b, value=value)
+        n0 = C._fused_arithmetic_calls()
+        m = s.to("mtia")
+        got = f(m, t1.to("mtia"), t2.to("mtia"))
+        torch.mtia.synchronize()
+        assert C._fused_arithmetic_calls() - n0 == (1 if mode == "fused" else 0)
+        assert torch.equal(m.cpu().view(torch.int16), s.view(torch.int16))  # self untouched
+        cpu = f(s, t1, t2)
+        got = got.cpu()
+        assert got.dtype == cpu.dtype and torch.equal(got.isnan(), cpu.isnan()) and torch.equal(got.isinf(), cpu.isinf())
+        torch.testing.assert_close(got, cpu, equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+def test_ternary_calls_the_loops_do_not_take(dtype, mode):
+    x, y, z = three(GRAIN + 5, dtype, 12)
+    cases = [
+        lambda a, b, c: torch.lerp(a, b, c.float()),           # mixed dtypes: CPU's error
+        lambda a, b, c: torch.clamp(a, b[:1], c),              # a broadcast bound
+        lambda a, b, c: torch.clamp(a, b.float(), c.float()),  # float32 bounds: a float32 result
+        lambda a, b, c: torch.addcmul(a, b[::2], c[::2].clone()[:1]),
+    ]
+    for i, f in enumerate(cases):
+        try:
+            want = f(x, y, z)
+        except RuntimeError as e:
+            with pytest.raises(RuntimeError) as err:
+                f(x.to("mtia"), y.to("mtia"), z.to("mtia"))
+            assert str(err.value) == str(e)
+            continue
+        n0 = C._fused_arithmetic_calls()
+        got = f(x.to("mtia"), y.to("mtia"), z.to("mtia")).cpu()
+        assert C._fused_arithmetic_calls() == n0, i
+        assert got.dtype == want.dtype
+        torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        torch.clamp(x.to("mtia"), y, z.to("mtia"))

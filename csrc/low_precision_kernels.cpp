@@ -219,6 +219,10 @@ double sumLoop(bool bf16, const uint16_t* x, int64_t n, bool squares) {
   return wide() ? avx512::sum(bf16, squares, x, n) : avx2::sum(bf16, squares, x, n);
 }
 
+double deviationsLoop(bool bf16, const uint16_t* x, float mean, int64_t n) {
+  return wide() ? avx512::deviations(bf16, x, mean, n) : avx2::deviations(bf16, x, mean, n);
+}
+
 double squaredDiffLoop(bool bf16, const uint16_t* x, const uint16_t* y, int64_t n) {
   return wide() ? avx512::squaredDiff(bf16, x, y, n) : avx2::squaredDiff(bf16, x, y, n);
 }

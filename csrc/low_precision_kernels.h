@@ -176,6 +176,9 @@ void compareLoop(Comparison kind, bool bf16, const uint16_t* x, const uint16_t* 
 // The sum of n elements (squares: of their squares), float32 accumulation,
 // blocks added in double.
 double sumLoop(bool bf16, const uint16_t* x, int64_t n, bool squares = false);
+// The sum of (x[i] - mean)^2 over n elements, each deviation and square in
+// float32, accumulated as sumLoop's (var and std of every element).
+double deviationsLoop(bool bf16, const uint16_t* x, float mean, int64_t n);
 // The sum of (x[i] - y[i])^2 over n elements, each difference and square in
 // float32, accumulated as sumLoop's.
 double squaredDiffLoop(bool bf16, const uint16_t* x, const uint16_t* y, int64_t n);

@@ -111,6 +111,64 @@ at::Tensor fusedReductionResult(Reduction kind, const at::Tensor& x, int64_t tra
   return out;
 }
 
+namespace {
+
+// The variance of n elements with `correction` (n - correction > 0), in
+// double from float32 partials: each thread's sum (sumLoop), the mean, each
+// thread's sum of squared deviations from it (deviationsLoop). Where that
+// is not finite (a float32 square or block sum overflowed: values near the
+// dtype's largest), it is computed again in double element by element, as
+// CPU's kernel accumulates (NaN and inf inputs then give CPU's NaN).
+double varianceAll(bool bf16, const uint16_t* xp, int64_t n, double correction) {
+  const int64_t threads = at::get_num_threads();
+  std::vector<double> part(threads);
+  auto each = [&](auto&& f) {
+    forEachThread(threads, [&](int64_t first, int64_t last) {
+      for (int64_t t = first; t < last; ++t) {
+        const int64_t begin = n * t / threads, end = n * (t + 1) / threads;
+        part[t] = f(xp + begin, end - begin);
+      }
+    });
+    double total = 0;
+    for (double p : part) total += p;
+    return total;
+  };
+  const double mean = each([&](const uint16_t* x, int64_t k) { return sumLoop(bf16, x, k); }) / static_cast<double>(n);
+  const auto m = static_cast<float>(mean);
+  const double m2 = each([&](const uint16_t* x, int64_t k) { return deviationsLoop(bf16, x, m, k); });
+  const double var = m2 / (static_cast<double>(n) - correction);
+  if (std::isfinite(var)) return var;
+  auto value = [&](int64_t i) -> double {
+    return bf16 ? static_cast<double>(c10::BFloat16(xp[i], c10::BFloat16::from_bits()))
+                : static_cast<double>(c10::Half(xp[i], c10::Half::from_bits()));
+  };
+  double sum = 0, dev = 0;
+  for (int64_t i = 0; i < n; ++i) sum += value(i);
+  const double exact_mean = sum / static_cast<double>(n);
+  for (int64_t i = 0; i < n; ++i) dev += (value(i) - exact_mean) * (value(i) - exact_mean);
+  return dev / (static_cast<double>(n) - correction);
+}
+
+}  // namespace
+
+at::Tensor fusedVarianceResult(const at::Tensor& x, double correction, bool take_sqrt, bool keepdim) {
+  TORCH_INTERNAL_ASSERT(static_cast<double>(x.numel()) - correction > 0);
+  c10::DeviceGuard guard(x.device());
+  int64_t rows;
+  at::Tensor out = emptyDevice(reducedSizes(x, x.dim(), keepdim, rows), x.scalar_type());
+  g_calls.fetch_add(1, std::memory_order_relaxed);
+  const auto* xp = static_cast<const uint16_t*>(x.data_ptr());
+  void* op = out.data_ptr();
+  const int64_t n = x.numel();
+  const bool bf16 = x.scalar_type() == at::kBFloat16;
+  launchOnCurrentStream(x.device().index(), take_sqrt ? "aten::std" : "aten::var", [=] {
+    useKernelThreads(2 * n);
+    const double var = varianceAll(bf16, xp, n, correction);
+    store(bf16, op, 0, static_cast<float>(take_sqrt ? std::sqrt(var) : var));
+  });
+  return out;
+}
+
 at::Tensor fusedLeadingReductionResult(Reduction kind, const at::Tensor& x, int64_t leading, bool keepdim) {
   TORCH_INTERNAL_ASSERT(kind != Reduction::kNorm2 && leading >= 1 && leading < x.dim());
   c10::DeviceGuard guard(x.device());

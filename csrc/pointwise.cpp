@@ -1213,6 +1213,12 @@ at::Tensor varStd(const at::Tensor& x, at::OptionalIntArrayRef dim, const std::o
                   bool keepdim) {
   static constexpr const char* name = kStd ? "aten::std" : "aten::var";
   static const c10::OperatorHandle h = handle(name, "correction");
+  // every element of a bf16/fp16 tensor above GRAIN_SIZE (degrees of
+  // freedom > 0): the loops (low_precision_reductions.h)
+  if (fusedReduction(x) && (!dim || trailingDims(x, *dim) == x.dim()) && (!correction || !correction->isComplex())) {
+    const double c = correction ? correction->toDouble() : 1.0;
+    if (static_cast<double>(x.numel()) - c > 0) return fusedVarianceResult(x, c, kStd, keepdim);
+  }
   auto sizes = small(x) && (!correction || !correction->isComplex()) ? reducedSizes(x, dim, keepdim) : std::nullopt;
   // (degrees of freedom <= 0: CPU's warning, which must reach the caller,
   // and its NaN: the boxed path)

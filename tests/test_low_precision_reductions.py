@@ -532,3 +532,57 @@ def test_leading_dims_the_loops_do_not_take_match_cpu(dtype, mode):
         x.to("mtia").sum(dim=(0, 5))
     with pytest.raises(RuntimeError, match="appears multiple times"):
         x.to("mtia").amax(dim=(0, 0))
+
+
+VARS = {
+    "var": lambda x: x.var(),
+    "std": lambda x: x.std(),
+    "var_correction_0": lambda x: torch.var(x, correction=0),
+    "std_correction_2.5": lambda x: torch.std(x, correction=2.5),
+    "var_all_dims_keepdim": lambda x: x.view(-1, 1).var(dim=(0, 1), keepdim=True),
+    "std_dim_none_keepdim": lambda x: x.view(1, -1).std(dim=None, keepdim=True),
+}
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+@pytest.mark.parametrize("n", [GRAIN + 1, GRAIN + 1023, C._parallel_work() + 12345])
+@pytest.mark.parametrize("op", sorted(VARS))
+def test_var_std_of_every_element_match_cpu(op, n, dtype, mode):
+    # var/std of every element: float32 partials added in double, one
+    # rounding; within the dtype's tolerance of CPU's (which accumulates in
+    # double), first and later calls
+    f = VARS[op]
+    for seed in (0, 1):
+        g = torch.Generator().manual_seed(n + seed)
+        x = (torch.randn(n, generator=g) * 3 + 100 * seed).to(dtype)  # (seed 1: a mean far from 0)
+        got, want = run(mode, f, x)
+        torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+def test_var_std_specials_and_overflow_as_on_cpu(dtype, mode):
+    n = GRAIN + 100
+    big = torch.finfo(dtype).max
+    cases = {
+        "near the largest": torch.full((n,), big / 2).to(dtype) * torch.tensor([1.0, -1.0]).repeat(n // 2).to(dtype),
+        "nan": torch.ones(n, dtype=dtype).index_fill_(0, torch.tensor([77]), float("nan")),
+        "inf": torch.ones(n, dtype=dtype).index_fill_(0, torch.tensor([n - 1]), float("inf")),
+        "constant": torch.full((n,), 0.1, dtype=dtype),
+    }
+    if dtype == torch.bfloat16:  # a variance bf16 holds whose float32 sums overflow: computed in double
+        cases["float32 overflows"] = (torch.tensor([1.5e19, -1.5e19]).repeat(n // 2)).to(dtype)
+    for name, x in cases.items():
+        for f in (lambda t: t.var(), lambda t: t.std(correction=0)):
+            got, want = run(mode, f, x)
+            assert torch.equal(got.isnan(), want.isnan()) and torch.equal(got.isinf(), want.isinf()), name
+            torch.testing.assert_close(got, want, equal_nan=True, msg=name)
+        if name == "float32 overflows":
+            assert want.isfinite() and x.float().pow(2).sum().isinf()
+    # degrees of freedom <= 0: CPU's kernel, its warning at the call; dims not all: CPU's kernel
+    x = torch.randn(GRAIN + 1).to(dtype)
+    with pytest.warns(UserWarning, match="degrees of freedom is <= 0"):
+        got = x.to("mtia").var(correction=GRAIN + 1)
+    assert got.cpu().isnan() or got.cpu().isinf()
+    y = x[:-1].view(256, 128)
+    got, want = run(mode, lambda t: t.var(0), y, fused=False)
+    torch.testing.assert_close(got, want)

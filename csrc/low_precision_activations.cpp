@@ -267,7 +267,8 @@ void launchActivation(Activation kind, const at::Tensor& x, const at::Tensor& gr
                                        "aten::threshold_backward", "aten::hardtanh_backward", "aten::floor",
                                        "aten::ceil", "aten::round", "aten::trunc", "aten::frac", "aten::sign",
                                        "aten::maximum", "aten::minimum", "aten::nan_to_num", "aten::hardshrink",
-                                       "aten::softshrink", "aten::softshrink_backward"};
+                                       "aten::softshrink", "aten::softshrink_backward", "aten::native_group_norm",
+                                       "aten::native_group_norm_backward"};
   static_assert(sizeof(kNames) / sizeof(kNames[0]) == static_cast<size_t>(Activation::kNumActivations),
                 "a task name for each kind");
   g_calls.fetch_add(1, std::memory_order_relaxed);

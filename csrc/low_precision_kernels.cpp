@@ -219,6 +219,10 @@ double sumLoop(bool bf16, const uint16_t* x, int64_t n, bool squares) {
   return wide() ? avx512::sum(bf16, squares, x, n) : avx2::sum(bf16, squares, x, n);
 }
 
+double dotLoop(bool bf16, const uint16_t* a, const uint16_t* b, int64_t n) {
+  return wide() ? avx512::dot(bf16, a, b, n) : avx2::dot(bf16, a, b, n);
+}
+
 double deviationsLoop(bool bf16, const uint16_t* x, float mean, int64_t n) {
   return wide() ? avx512::deviations(bf16, x, mean, n) : avx2::deviations(bf16, x, mean, n);
 }

@@ -55,6 +55,9 @@ enum class Activation {
   kHardshrink,            // -p.a <= x <= p.a ? 0 : x (1.6-1.8x)
   kSoftshrink,            // x > p.a ? x - p.a : x < -p.a ? x + p.a : 0, NaN kept (1.6-2.5x)
   kShrinkBackward,        // (g, x): x < -p.a || x > p.a ? g : 0
+  // group_norm's per-channel steps (low_precision_norm.cpp): CPU's formulas
+  kAffine,                // x * p.a + p.b
+  kAffineBackward,        // (g, x): p.a * g + p.b * x + p.c
   kNumActivations
 };
 
@@ -79,6 +82,7 @@ constexpr bool takesGrad(Activation kind) {
     case Activation::kMaximum:
     case Activation::kMinimum:
     case Activation::kShrinkBackward:
+    case Activation::kAffineBackward:
       return true;
     default:
       return false;
@@ -176,6 +180,9 @@ void compareLoop(Comparison kind, bool bf16, const uint16_t* x, const uint16_t* 
 // The sum of n elements (squares: of their squares), float32 accumulation,
 // blocks added in double.
 double sumLoop(bool bf16, const uint16_t* x, int64_t n, bool squares = false);
+// The sum of a[i] * b[i] over n elements, each product in float32,
+// accumulated as sumLoop's (group_norm's backward).
+double dotLoop(bool bf16, const uint16_t* a, const uint16_t* b, int64_t n);
 // The sum of (x[i] - mean)^2 over n elements, each deviation and square in
 // float32, accumulated as sumLoop's (var and std of every element).
 double deviationsLoop(bool bf16, const uint16_t* x, float mean, int64_t n);

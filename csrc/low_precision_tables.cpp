@@ -5,6 +5,7 @@
 #include <ATen/Functions.h>
 
 #include <atomic>
+#include <cmath>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -74,6 +75,16 @@ std::optional<std::string> numberKey(const c10::IValue& v) {
   return std::nullopt;
 }
 
+// pow's exponents the table path takes: not an integer or +-0.5, which
+// CPU's kernel computes as products, sqrt, rsqrt or reciprocals (cheap, and
+// for -0.5 in bf16 its result for a value changes with the value's place in
+// the tensor, so no table can be CPU's everywhere).
+bool plainExponent(const c10::Scalar& e) {
+  if (!e.isFloatingPoint()) return false;
+  const double d = e.toDouble();
+  return d != std::trunc(d) && std::abs(d) != 0.5;
+}
+
 // The call's shape, where the table path takes it.
 struct TableCall {
   size_t self = 0;             // argument index of the tensor the outputs are functions of
@@ -95,6 +106,7 @@ std::optional<TableCall> tableCall(const c10::OperatorHandle& op, const torch::j
   std::optional<size_t> self;
   std::string key = schema.name();
   while (key.back() == '_') key.pop_back();  // (exp_ and exp share a table)
+  const bool pow = key == "aten::pow";
   for (size_t i = 0; i < args.size(); ++i) {
     const c10::IValue& v = stack[first + i];
     if (isWrittenArg(args[i])) {
@@ -111,6 +123,7 @@ std::optional<TableCall> tableCall(const c10::OperatorHandle& op, const torch::j
     const auto k = numberKey(v);
     if (!k) return std::nullopt;
     key += *k;
+    if (pow && v.isScalar() && !plainExponent(v.toScalar())) return std::nullopt;
   }
   if (self != size_t{0}) return std::nullopt;  // (self first: not remainder(2.0, x))
   const at::Tensor& x = stack[first + *self].toTensor();

@@ -30,7 +30,7 @@ OPS = {
     "elu": F.elu, "elu alpha": lambda x: F.elu(x, 0.3), "selu": F.selu, "celu": lambda x: F.celu(x, 0.5),
     "softplus": F.softplus, "softplus beta": lambda x: F.softplus(x, 2.0, 5.0), "logsigmoid": F.logsigmoid,
     "log_sigmoid_forward": lambda x: A.log_sigmoid_forward(x), "logit": torch.logit,
-    "logit eps": lambda x: torch.logit(x, 1e-3), "pow": lambda x: x.pow(1.5), "pow int": lambda x: x.pow(3),
+    "logit eps": lambda x: torch.logit(x, 1e-3), "pow": lambda x: x.pow(1.5), "pow negative": lambda x: x.pow(-2.25),
     "fmod": lambda x: x.fmod(0.7), "fmod int": lambda x: torch.fmod(x, 2), "remainder": lambda x: x % 0.7,
 }
 # CPU's scalar loop (the end of each thread's range) gives another bit than
@@ -130,6 +130,9 @@ def test_calls_the_table_path_leaves_to_cpu(dtype, mode):
         lambda x: torch.fmod(x, x[0, 0].clone()),      # a 0-dim tensor of the device, not a number
         lambda x: torch.fmod(x, torch.ones_like(x)),   # two tensors
         lambda x: x.float().expm1(),                   # float32
+        lambda x: x.pow(-0.5),                         # pow's exponents CPU computes otherwise
+        lambda x: x.pow(3),
+        lambda x: x.pow(2.0),
     ]
     for f in cases:
         before = C._low_precision_table_calls()

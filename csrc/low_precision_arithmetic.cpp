@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "common.h"
 
@@ -30,17 +31,32 @@ bool rowOf(const at::Tensor& a, const at::Tensor& b) {
   return sizes.size() <= a.sizes().size() && a.sizes().slice(a.dim() - sizes.size()).equals(sizes);
 }
 
-// Whether b is a column of a: contiguous, of a's dtype and device, a's
-// sizes but the last, which is 1, with rows of at least kMinPeriod
-// elements (x * rsqrt(mean), a row's scale); out[r, j] = a[r, j] kind b[r]
-// then: each row the number loop with b[r] as its number (b[r] widened
-// exactly, as CPU's broadcast takes it).
+// The spacing of b's elements in memory when they are evenly spaced in the
+// row-major order of its dims but the last (a column: `x.mean(-1,
+// keepdim=True)` is contiguous, `x[:, :1]` spaced by a row); else nothing.
+std::optional<int64_t> columnSpacing(const at::Tensor& b) {
+  std::optional<int64_t> s;
+  int64_t span = 1;
+  for (int64_t i = b.dim() - 2; i >= 0; --i) {
+    if (b.size(i) == 1) continue;
+    if (!s) s = b.stride(i);
+    else if (b.stride(i) != *s * span) return std::nullopt;
+    span *= b.size(i);
+  }
+  return s.value_or(1);
+}
+
+// Whether b is a column of a: of a's dtype and device, a's sizes but the
+// last, which is 1, its elements evenly spaced (columnSpacing), with rows
+// of a of at least kMinPeriod elements (x * rsqrt(mean), a row's scale);
+// out[r, j] = a[r, j] kind b[r] then: each row the number loop with b[r]
+// as its number (b[r] widened exactly, as CPU's broadcast takes it).
 bool columnOf(const at::Tensor& a, const at::Tensor& b) {
-  if (!b.defined() || b.device() != a.device() || b.scalar_type() != a.scalar_type() || !b.is_contiguous() ||
-      b.is_neg() || b.is_conj() || a.dim() == 0 || b.dim() != a.dim() || b.size(-1) != 1 ||
-      a.size(-1) < kMinPeriod)
+  if (!b.defined() || b.device() != a.device() || b.scalar_type() != a.scalar_type() || b.is_neg() || b.is_conj() ||
+      a.dim() == 0 || b.dim() != a.dim() || b.size(-1) != 1 || a.size(-1) < kMinPeriod ||
+      !a.sizes().slice(0, a.dim() - 1).equals(b.sizes().slice(0, b.dim() - 1)))
     return false;
-  return a.sizes().slice(0, a.dim() - 1).equals(b.sizes().slice(0, b.dim() - 1));
+  return columnSpacing(b).has_value();
 }
 
 float widened(bool bf16, uint16_t bits) {
@@ -74,14 +90,14 @@ void launchLoops(Arithmetic kind, const at::Tensor& a, const at::Tensor& b, floa
   const int64_t n = a.numel();
   const bool column = y && columnOf(a, b);
   const int64_t period = y && !column && b.numel() < n ? b.numel() : 0;  // b a row of a (rowOf)
-  const int64_t row = column ? a.size(-1) : 0;
+  const int64_t row = column ? a.size(-1) : 0, spacing = column ? *columnSpacing(b) : 0;
   launchOnCurrentStream(a.device().index(), kNames[static_cast<int>(kind)], [=] {
     const int64_t work = n * (y ? 3 : 2);
     useKernelThreads(work);
     if (column) {  // each row a kind its number
       forEachThread(n / row, [&](int64_t first, int64_t last) {
         for (int64_t r = first; r < last; ++r)
-          arithmeticLoop(kind, bf16, x + r * row, nullptr, widened(bf16, y[r]), f, o + r * row, row);
+          arithmeticLoop(kind, bf16, x + r * row, nullptr, widened(bf16, y[r * spacing]), f, o + r * row, row);
       });
       return;
     }

@@ -9,9 +9,10 @@
 // and in place) of a contiguous bf16/fp16 mtia tensor of more than GRAIN_SIZE
 // elements with another such tensor (same dtype and sizes), a contiguous
 // one that broadcasts along its leading dims (rows: a bias, an attention
-// mask; at least kMinPeriod elements), a contiguous column (a's sizes but a
-// last dim of 1: a scale per row, as RMSNorm's x * rsqrt(mean); rows of at
-// least kMinPeriod elements), or a real number run
+// mask; at least kMinPeriod elements), a column (a's sizes but a last dim
+// of 1, its elements evenly spaced: a scale per row, as RMSNorm's x *
+// rsqrt(mean), or x[:, :1]; rows of at least kMinPeriod elements), or a
+// real number run
 // low_precision_kernels.h's loops: computed in float32 and rounded once,
 // as CPU's vectorized loop does (add: x + alpha * y in one fused
 // multiply-add; alpha 1: CPU's results bit for bit). alpha and a number are

@@ -155,6 +155,10 @@ def test_column_broadcast_bits_as_cpu(shapes, dtype, mode):
         for _ in range(2):  # first and later calls
             got, cpu = on_mtia(mode, f, x.clone(), col), f(x.clone(), col)
             assert got.dtype == cpu.dtype and got.shape == cpu.shape, name
+            if name.endswith("_") is False and name != "add_alpha":  # a strided column: x[:, :1]-like
+                wide = torch.cat([col, torch.randn(col.shape).to(dtype)], -1)
+                got2, cpu2 = on_mtia(mode, lambda t, w: f(t, w[..., :1]), x.clone(), wide), f(x.clone(), wide[..., :1])
+                assert same_bits(got2, cpu2), name
             if name == "add_alpha" and mode == "fused":  # (CPU's scalar tail of each row rounds alpha * c on its own:
                 # against its vector loop's formula, one fused multiply-add in float32)
                 alpha = torch.tensor(0.3).to(dtype).double()

@@ -227,8 +227,12 @@ double deviationsLoop(bool bf16, const uint16_t* x, float mean, int64_t n) {
   return wide() ? avx512::deviations(bf16, x, mean, n) : avx2::deviations(bf16, x, mean, n);
 }
 
-double squaredDiffLoop(bool bf16, const uint16_t* x, const uint16_t* y, int64_t n) {
-  return wide() ? avx512::squaredDiff(bf16, x, y, n) : avx2::squaredDiff(bf16, x, y, n);
+double lossLoop(Loss kind, bool bf16, const uint16_t* x, const uint16_t* y, float beta, int64_t n) {
+  return wide() ? avx512::loss(kind, bf16, x, y, beta, n) : avx2::loss(kind, bf16, x, y, beta, n);
+}
+
+double nanSumLoop(bool bf16, const uint16_t* x, int64_t n) {
+  return wide() ? avx512::nanSum(bf16, x, n) : avx2::nanSum(bf16, x, n);
 }
 
 float extremumLoop(bool bf16, bool max, const uint16_t* x, int64_t n) {

@@ -186,9 +186,14 @@ double dotLoop(bool bf16, const uint16_t* a, const uint16_t* b, int64_t n);
 // The sum of (x[i] - mean)^2 over n elements, each deviation and square in
 // float32, accumulated as sumLoop's (var and std of every element).
 double deviationsLoop(bool bf16, const uint16_t* x, float mean, int64_t n);
-// The sum of (x[i] - y[i])^2 over n elements, each difference and square in
-// float32, accumulated as sumLoop's.
-double squaredDiffLoop(bool bf16, const uint16_t* x, const uint16_t* y, int64_t n);
+// The sum over n elements of a loss of x[i] - y[i], each elementwise loss
+// in float32 (CPU's formulas), accumulated as sumLoop's: kSquared (x -
+// y)^2 (mse_loss), kSmoothL1 (z = |x - y| < beta ? 0.5 z^2 / beta : z -
+// 0.5 beta), kHuber (z < beta ? 0.5 z^2 : beta (z - 0.5 beta)).
+enum class Loss { kSquared, kSmoothL1, kHuber };
+double lossLoop(Loss kind, bool bf16, const uint16_t* x, const uint16_t* y, float beta, int64_t n);
+// The sum of n elements with NaNs as 0 (nansum), accumulated as sumLoop's.
+double nanSumLoop(bool bf16, const uint16_t* x, int64_t n);
 // The largest (max) or smallest of n >= 1 elements; NaN if any is NaN.
 float extremumLoop(bool bf16, bool max, const uint16_t* x, int64_t n);
 // One row of n elements of softmax (log: log_softmax): the row's max, the

@@ -37,10 +37,15 @@ float finish(Reduction kind, double sum, int64_t n) {
   return kind == Reduction::kNorm2 ? std::sqrt(r) : r;
 }
 
+// The float32-accumulated sum of a sum-like reduction over n elements.
+double partialSum(Reduction kind, bool bf16, const uint16_t* xp, int64_t n) {
+  return kind == Reduction::kNanSum ? nanSumLoop(bf16, xp, n) : sumLoop(bf16, xp, n, kind == Reduction::kNorm2);
+}
+
 // The reduction of n elements at xp by one thread, in float32.
 float reduceRun(Reduction kind, bool bf16, const uint16_t* xp, int64_t n) {
   if (kind == Reduction::kMax || kind == Reduction::kMin) return extremumLoop(bf16, kind == Reduction::kMax, xp, n);
-  return finish(kind, sumLoop(bf16, xp, n, kind == Reduction::kNorm2), n);
+  return finish(kind, partialSum(kind, bf16, xp, n), n);
 }
 
 // All n elements on every thread: each thread's partial, combined in thread
@@ -53,7 +58,7 @@ float reduceAll(Reduction kind, bool bf16, const uint16_t* xp, int64_t n) {
   forEachThread(threads, [&](int64_t first, int64_t last) {
     for (int64_t t = first; t < last; ++t) {
       const int64_t begin = n * t / threads, end = n * (t + 1) / threads;
-      if (sum) sums[t] = sumLoop(bf16, xp + begin, end - begin, kind == Reduction::kNorm2);
+      if (sum) sums[t] = partialSum(kind, bf16, xp + begin, end - begin);
       else extrema[t] = extremumLoop(bf16, max, xp + begin, end - begin);
     }
   });
@@ -80,7 +85,7 @@ std::vector<int64_t> reducedSizes(const at::Tensor& x, int64_t trailing, bool ke
 // A reduction's task name (what traces and profiles show).
 const char* taskName(Reduction kind) {
   static const char* const kNames[] = {"aten::sum", "aten::mean", "aten::amax", "aten::amin",
-                                       "aten::linalg_vector_norm"};
+                                       "aten::linalg_vector_norm", "aten::nansum"};
   return kNames[static_cast<int>(kind)];
 }
 
@@ -170,7 +175,7 @@ at::Tensor fusedVarianceResult(const at::Tensor& x, double correction, bool take
 }
 
 at::Tensor fusedLeadingReductionResult(Reduction kind, const at::Tensor& x, int64_t leading, bool keepdim) {
-  TORCH_INTERNAL_ASSERT(kind != Reduction::kNorm2 && leading >= 1 && leading < x.dim());
+  TORCH_INTERNAL_ASSERT(kind != Reduction::kNorm2 && kind != Reduction::kNanSum && leading >= 1 && leading < x.dim());
   c10::DeviceGuard guard(x.device());
   std::vector<int64_t> sizes(keepdim ? leading : 0, 1);
   sizes.insert(sizes.end(), x.sizes().begin() + leading, x.sizes().end());
@@ -297,11 +302,14 @@ std::tuple<at::Tensor, at::Tensor> extremumDim(const at::Tensor& x, int64_t dim,
 // n for the mean, rounded once. CPU rounds each squared difference to the
 // dtype before its sum; mtia's is the more accurate. reduction none, and
 // every other call: CPU's kernel.
-at::Tensor mseLoss(const at::Tensor& self, const at::Tensor& target, int64_t reduction) {
-  static const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow("aten::mse_loss", "");
+// The mean or sum over two alike tensors of an elementwise loss (lossLoop),
+// one pass, each thread's partial sum in double; a 0-dim result of their
+// dtype. Every other call: CPU's kernel through the fallback (`boxed`).
+at::Tensor lossOf(Loss kind, const char* name, const at::Tensor& self, const at::Tensor& target, int64_t reduction,
+                  double beta, const c10::OperatorHandle& op, std::vector<c10::IValue> boxed) {
   constexpr int64_t kSum = 2, kMean = 1;  // (at::Reduction)
   if ((reduction != kSum && reduction != kMean) || !loopsTake(self, target))
-    return boxedFallbackCall(op, {self, target, reduction});
+    return boxedFallbackCall(op, std::move(boxed));
   c10::DeviceGuard guard(self.device());
   at::Tensor out = emptyDevice({}, self.scalar_type());
   g_calls.fetch_add(1, std::memory_order_relaxed);
@@ -310,14 +318,15 @@ at::Tensor mseLoss(const at::Tensor& self, const at::Tensor& target, int64_t red
   void* op_out = out.data_ptr();
   const int64_t n = self.numel();
   const bool bf16 = self.scalar_type() == at::kBFloat16, mean = reduction == kMean;
-  launchOnCurrentStream(self.device().index(), "aten::mse_loss", [=] {
+  const auto b = static_cast<float>(beta);
+  launchOnCurrentStream(self.device().index(), name, [=] {
     useKernelThreads(2 * n);
     const int64_t threads = at::get_num_threads();
     std::vector<double> sums(threads);
     forEachThread(threads, [&](int64_t first, int64_t last) {
       for (int64_t t = first; t < last; ++t) {
         const int64_t begin = n * t / threads, end = n * (t + 1) / threads;
-        sums[t] = squaredDiffLoop(bf16, xp + begin, yp + begin, end - begin);
+        sums[t] = lossLoop(kind, bf16, xp + begin, yp + begin, b, end - begin);
       }
     });
     double total = 0;
@@ -325,6 +334,35 @@ at::Tensor mseLoss(const at::Tensor& self, const at::Tensor& target, int64_t red
     store(bf16, op_out, 0, finish(mean ? Reduction::kMean : Reduction::kSum, total, n));
   });
   return out;
+}
+
+at::Tensor mseLoss(const at::Tensor& self, const at::Tensor& target, int64_t reduction) {
+  static const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow("aten::mse_loss", "");
+  return lossOf(Loss::kSquared, "aten::mse_loss", self, target, reduction, 0.0, op, {self, target, reduction});
+}
+
+// smooth_l1_loss and huber_loss: beta (delta) > 0, else (CPU's l1_loss for
+// beta 0, its error for a negative one) CPU's kernel.
+at::Tensor smoothL1Loss(const at::Tensor& self, const at::Tensor& target, int64_t reduction, double beta) {
+  static const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow("aten::smooth_l1_loss", "");
+  if (!(beta > 0)) return boxedFallbackCall(op, {self, target, reduction, beta});
+  return lossOf(Loss::kSmoothL1, "aten::smooth_l1_loss", self, target, reduction, beta, op,
+                {self, target, reduction, beta});
+}
+
+at::Tensor huberLoss(const at::Tensor& self, const at::Tensor& target, int64_t reduction, double delta) {
+  static const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow("aten::huber_loss", "");
+  if (!(delta > 0)) return boxedFallbackCall(op, {self, target, reduction, delta});
+  return lossOf(Loss::kHuber, "aten::huber_loss", self, target, reduction, delta, op, {self, target, reduction, delta});
+}
+
+// nansum of every element or over the last dims, no dtype or its own.
+at::Tensor nansum(const at::Tensor& x, at::OptionalIntArrayRef dim, bool keepdim, std::optional<at::ScalarType> dtype) {
+  static const c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow("aten::nansum", "");
+  const int64_t k = !dim ? x.dim() : trailingDims(x, *dim);
+  if ((dtype && *dtype != x.scalar_type()) || k < 0 || !fusedReduction(x))
+    return boxedFallbackCall(op, {x, dim, keepdim, dtype});
+  return fusedReductionResult(Reduction::kNanSum, x, k, keepdim);
 }
 
 // cumsum/cumprod over the last dim of a bf16/fp16 tensor the loops take
@@ -363,7 +401,8 @@ at::Tensor cumulative(const at::Tensor& x, int64_t dim, std::optional<at::Scalar
 const std::unordered_set<std::string>& reductionOps() {
   static const std::unordered_set<std::string> ops = {"linalg_vector_norm", "norm.ScalarOpt_dim", "argmax",
                                                       "argmin",           "max.dim",            "min.dim",
-                                                      "mse_loss",           "cumsum",             "cumprod"};
+                                                      "mse_loss",           "cumsum",             "cumprod",
+                                                      "smooth_l1_loss",     "huber_loss",         "nansum"};
   return ops;
 }
 
@@ -375,6 +414,9 @@ TORCH_LIBRARY_IMPL(aten, MTIA, m) {
   m.impl("max.dim", &extremumDim<true>);
   m.impl("min.dim", &extremumDim<false>);
   m.impl("mse_loss", &mseLoss);
+  m.impl("smooth_l1_loss", &smoothL1Loss);
+  m.impl("huber_loss", &huberLoss);
+  m.impl("nansum", &nansum);
   m.impl("cumsum", &cumulative<false>);
   m.impl("cumprod", &cumulative<true>);
 }

@@ -8,6 +8,7 @@ import sys
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import openmtia
 
@@ -586,3 +587,74 @@ def test_var_std_specials_and_overflow_as_on_cpu(dtype, mode):
     y = x[:-1].view(256, 128)
     got, want = run(mode, lambda t: t.var(0), y, fused=False)
     torch.testing.assert_close(got, want)
+
+
+LOSSES = {
+    "smooth_l1_mean": lambda x, y: F.smooth_l1_loss(x, y),
+    "smooth_l1_sum_beta": lambda x, y: F.smooth_l1_loss(x, y, reduction="sum", beta=0.25),
+    "huber_mean": lambda x, y: F.huber_loss(x, y),
+    "huber_sum_delta": lambda x, y: F.huber_loss(x, y, reduction="sum", delta=2.5),
+    "mse_mean": lambda x, y: F.mse_loss(x, y),
+}
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+@pytest.mark.parametrize("n", [GRAIN + 1, GRAIN + 1023, C._parallel_work() + 12345])
+@pytest.mark.parametrize("op", sorted(LOSSES))
+def test_losses_match_cpu(op, n, dtype, mode):
+    # the elementwise losses in float32 (CPU's formulas) summed as the sums
+    # are: within the dtype's tolerance of CPU's (which rounds each to the
+    # dtype first), and at least as close to the float64 result, give or take a rounding
+    f = LOSSES[op]
+    for seed in (0, 1):
+        g = torch.Generator().manual_seed(n + seed)
+        x, y = ((torch.randn(n, generator=g) * 2).to(dtype) for _ in range(2))
+        got, want = run2(mode, f, x, y)
+        torch.testing.assert_close(got, want)
+        exact = f(x.double(), y.double()).item()
+        ulp = torch.finfo(dtype).eps * max(1.0, abs(exact))
+        assert abs(got.double().item() - exact) <= abs(want.double().item() - exact) + ulp
+
+
+def run2(mode, f, x, y, fused=True):
+    n = C._fused_reduction_calls()
+    got = f(x.to("mtia"), y.to("mtia"))
+    torch.mtia.synchronize()
+    assert C._fused_reduction_calls() - n == (1 if mode == "fused" and fused else 0)
+    want = f(x, y)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    return got.cpu(), want
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+def test_losses_the_loops_do_not_take_and_specials(dtype, mode):
+    x, y = (torch.randn(GRAIN + 9).to(dtype) for _ in range(2))
+    x[3], y[4] = float("nan"), float("inf")
+    for f in (LOSSES["smooth_l1_mean"], LOSSES["huber_sum_delta"]):
+        got, want = run2(mode, f, x, y)
+        assert got.isnan() and want.isnan()
+    for f in (lambda a, b: F.smooth_l1_loss(a, b, reduction="none"), lambda a, b: F.huber_loss(a, b[:1].expand_as(a))):
+        got, want = run2(mode, f, x, y, fused=False)
+        torch.testing.assert_close(got, want, equal_nan=True)
+    x[3], y[4] = 1.0, 2.0  # beta 0: torch's l1_loss, (x - y).abs().mean()
+    f = lambda a, b: F.smooth_l1_loss(a, b, beta=0.0)
+    torch.testing.assert_close(f(x.to("mtia"), y.to("mtia")).cpu(), f(x, y))
+    with pytest.raises(RuntimeError, match="huber_loss does not support non-positive values for delta"):
+        F.huber_loss(x.to("mtia"), y.to("mtia"), delta=-1.0)
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+@pytest.mark.parametrize("n", [GRAIN + 129, C._parallel_work() + 12345])
+def test_nansum_matches_cpu(n, dtype, mode):
+    g = torch.Generator().manual_seed(n)
+    x = (torch.randn(n, generator=g) * 4).to(dtype)
+    x[::97] = float("nan")
+    for f, fused in ((torch.nansum, True), (lambda t: t.view(-1, 1).nansum((0, 1), keepdim=True), True),
+                     (lambda t: t[: (n // 128) * 128].view(-1, 128).nansum(-1), True),
+                     (lambda t: t[: (n // 128) * 128].view(-1, 128).nansum(0), False),
+                     (lambda t: t.nansum(dtype=torch.float32), False)):
+        got, want = run(mode, f, x, fused=fused)
+        torch.testing.assert_close(got, want)
+    x[5] = float("inf")
+    got, want = run(mode, torch.nansum, x)
+    assert got.isinf() and want.isinf()

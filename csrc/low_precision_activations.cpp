@@ -162,6 +162,29 @@ at::Tensor leakyReluBackward(const at::Tensor& grad, const at::Tensor& x, const 
   return backward<Activation::kLeakyReluBackward>(op, grad, x, {grad, x, slope, is_result}, {*a});
 }
 
+// elu_backward: CPU's coefficients (negcoef = alpha * scale, poscoef =
+// scale, negiptcoef = input_scale) in float32; with the forward's result
+// (is_result: elu_'s) its other formula.
+at::Tensor eluBackward(const at::Tensor& grad, const c10::Scalar& alpha, const c10::Scalar& scale,
+                       const c10::Scalar& input_scale, bool is_result, const at::Tensor& x) {
+  static const c10::OperatorHandle op = handle("aten::elu_backward");
+  const auto a = param(alpha), s = param(scale), i = param(input_scale);
+  std::vector<c10::IValue> boxed{grad, alpha, scale, input_scale, is_result, x};
+  // (the in-place forward's result with a negative alpha: CPU's error, at the call)
+  if (!a || !s || !i || (is_result && *a < 0)) return boxedFallbackCall(op, std::move(boxed));
+  const ActivationParams p{*a * *s, *s, *i};
+  return is_result ? backward<Activation::kEluResultBackward>(op, grad, x, std::move(boxed), p)
+                   : backward<Activation::kEluBackward>(op, grad, x, std::move(boxed), p);
+}
+
+at::Tensor softplusBackward(const at::Tensor& grad, const at::Tensor& x, const c10::Scalar& beta,
+                            const c10::Scalar& threshold) {
+  static const c10::OperatorHandle op = handle("aten::softplus_backward");
+  const auto b = param(beta), t = param(threshold);
+  if (!b || !t) return boxedFallbackCall(op, {grad, x, beta, threshold});
+  return backward<Activation::kSoftplusBackward>(op, grad, x, {grad, x, beta, threshold}, {*b, *t});
+}
+
 at::Tensor thresholdBackward(const at::Tensor& grad, const at::Tensor& x, const c10::Scalar& threshold) {
   static const c10::OperatorHandle op = handle("aten::threshold_backward");
   const auto a = param(threshold);
@@ -267,7 +290,8 @@ void launchActivation(Activation kind, const at::Tensor& x, const at::Tensor& gr
                                        "aten::threshold_backward", "aten::hardtanh_backward", "aten::floor",
                                        "aten::ceil", "aten::round", "aten::trunc", "aten::frac", "aten::sign",
                                        "aten::maximum", "aten::minimum", "aten::nan_to_num", "aten::hardshrink",
-                                       "aten::softshrink", "aten::softshrink_backward", "aten::native_group_norm",
+                                       "aten::softshrink", "aten::softshrink_backward", "aten::elu_backward",
+                                       "aten::elu_backward", "aten::softplus_backward", "aten::native_group_norm",
                                        "aten::native_group_norm_backward"};
   static_assert(sizeof(kNames) / sizeof(kNames[0]) == static_cast<size_t>(Activation::kNumActivations),
                 "a task name for each kind");
@@ -304,7 +328,7 @@ const std::unordered_set<std::string>& activationOps() {
       "hardswish",   "hardswish_",   "hardswish_backward",   "hardsigmoid",         "hardsigmoid_",
       "hardsigmoid_backward", "leaky_relu", "leaky_relu_",   "leaky_relu_backward", "threshold_backward",
       "hardtanh",    "hardtanh_",    "hardtanh_backward", "nan_to_num", "nan_to_num_", "hardshrink",
-      "softshrink",  "softshrink_backward", "hardshrink_backward"};
+      "softshrink",  "softshrink_backward", "hardshrink_backward", "elu_backward", "softplus_backward"};
   return ops;
 }
 
@@ -324,6 +348,8 @@ TORCH_LIBRARY_IMPL(aten, MTIA, m) {
   m.impl("leaky_relu_", &leakyRelu_);
   m.impl("leaky_relu_backward", &leakyReluBackward);
   m.impl("threshold_backward", &thresholdBackward);
+  m.impl("elu_backward", &eluBackward);
+  m.impl("softplus_backward", &softplusBackward);
   m.impl("hardtanh", &hardtanh);
   m.impl("hardtanh_", &hardtanh_);
   m.impl("hardtanh_backward", &hardtanhBackward);

@@ -55,6 +55,12 @@ enum class Activation {
   kHardshrink,            // -p.a <= x <= p.a ? 0 : x (1.6-1.8x)
   kSoftshrink,            // x > p.a ? x - p.a : x < -p.a ? x + p.a : 0, NaN kept (1.6-2.5x)
   kShrinkBackward,        // (g, x): x < -p.a || x > p.a ? g : 0
+  // backward of exp-based activations: CPU's formulas in float32 with the
+  // loops' exp (a few float32 ulps: within bf16/fp16 tolerances of CPU's;
+  // its bf16 kernels took 1.35-1.5x float32's time, AVX2 host)
+  kEluBackward,           // (g, x): x > 0 ? g * p.b : g * p.c * p.a * exp(x * p.c)
+  kEluResultBackward,     // (g, y): y > 0 ? g * p.b : g * p.c * (y + p.a) (y the forward's result)
+  kSoftplusBackward,      // (g, x): x * p.a > p.b ? g : g * z / (z + 1), z = exp(x * p.a)
   // group_norm's per-channel steps (low_precision_norm.cpp): CPU's formulas
   kAffine,                // x * p.a + p.b
   kAffineBackward,        // (g, x): p.a * g + p.b * x + p.c
@@ -83,6 +89,9 @@ constexpr bool takesGrad(Activation kind) {
     case Activation::kMinimum:
     case Activation::kShrinkBackward:
     case Activation::kAffineBackward:
+    case Activation::kEluBackward:
+    case Activation::kEluResultBackward:
+    case Activation::kSoftplusBackward:
       return true;
     default:
       return false;

@@ -73,6 +73,7 @@
 #include "low_precision_arithmetic.h"
 #include "low_precision_comparisons.h"
 #include "low_precision_norm.h"
+#include "low_precision_indexed.h"
 #include "low_precision_reductions.h"
 #include "low_precision_softmax.h"
 #include "operand.h"
@@ -1487,6 +1488,7 @@ const std::unordered_set<std::string>& unboxedOps() {
     s.insert(reductionOps().begin(), reductionOps().end());
     s.insert(softmaxOps().begin(), softmaxOps().end());
     s.insert(normOps().begin(), normOps().end());
+    s.insert(indexedOps().begin(), indexedOps().end());
     for (const char* n : kCompareOps) {
       s.insert(std::string(n) + ".Tensor");
       s.insert(std::string(n) + ".Scalar");

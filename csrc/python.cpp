@@ -17,6 +17,7 @@
 #include "low_precision_activations.h"
 #include "low_precision_arithmetic.h"
 #include "low_precision_comparisons.h"
+#include "low_precision_indexed.h"
 #include "low_precision_kernels.h"
 #include "low_precision_norm.h"
 #include "low_precision_reductions.h"
@@ -155,6 +156,7 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("_low_precision_float32_calls", &openmtia::lowPrecisionFloat32Calls);
   m.def("_low_precision_bits_calls", &openmtia::lowPrecisionBitsCalls);
+  m.def("_fused_indexed_calls", &openmtia::fusedIndexedCalls);
   m.def("_low_precision_table_calls", &openmtia::lowPrecisionTableCalls);
   m.def("_low_precision_tables_made", &openmtia::lowPrecisionTablesMade);
   m.def("_low_precision_chunked_calls", &openmtia::lowPrecisionChunkedCalls);

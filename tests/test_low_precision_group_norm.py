@@ -10,6 +10,7 @@ import torch.nn.functional as F
 import openmtia
 
 import low_precision_setting
+from norm_checks import close_as_cpu, parameter_grads_close_as_cpu
 
 C = openmtia._C
 LOW = [torch.bfloat16, torch.float16]
@@ -37,12 +38,6 @@ def inputs(shape, dtype, affine, seed=0):
 def dims(x, groups):
     n, c = x.shape[:2]
     return n, c, x[0, 0].numel(), groups
-
-
-def close_as_cpu(got, cpu, exact, terms, dtype):
-    bound = (cpu.double() - exact).abs() + torch.finfo(dtype).eps * (exact.abs() + terms)
-    keep = exact.isfinite()
-    assert bool(((got.double() - exact).abs() <= bound)[keep].all())
 
 
 @pytest.mark.parametrize("affine", AFFINE)
@@ -107,13 +102,7 @@ def test_backward_matches_cpu(shape, dtype, affine, mode):
     exact_x, terms, exact_w, exact_b = exact_grads(dy, x, mean, rstd, w, groups)
     n, c = x.shape[:2]
     close_as_cpu(got[0].view(n, c, -1), cpu[0].view(n, c, -1), exact_x, terms, dtype)
-    for i, exact in ((1, exact_w), (2, exact_b)):  # sums over samples: as close as CPU's, give or take a rounding
-        if not mask[i]:
-            assert got[i] is None and cpu[i] is None
-            continue
-        assert got[i].dtype == dtype and got[i].shape == exact.shape
-        bound = (cpu[i].double() - exact).abs() + torch.finfo(dtype).eps * exact.abs()
-        assert bool(((got[i].double() - exact).abs() <= bound).all())
+    parameter_grads_close_as_cpu(got, cpu, (None, exact_w, exact_b), mask, dtype)  # (sums over samples)
 
 
 @pytest.mark.parametrize("dtype", LOW, ids=str)

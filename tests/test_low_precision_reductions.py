@@ -38,14 +38,14 @@ EXACT = ("amax", "amin")  # the result is one of the elements
 mode = low_precision_setting.fused_or_cpu  # (the fixture: "fused" or "cpu" in each setting)
 
 
-def run(mode, f, x, fused=True):
+def run(mode, f, *args, fused=True):
     """f on mtia, checking which kernel took it, against f on CPU."""
     n = C._fused_reduction_calls()
-    got = f(x.to("mtia"))
+    got = f(*(t.to("mtia") for t in args))
     torch.mtia.synchronize()
     took = C._fused_reduction_calls() - n
     assert took == (1 if mode == "fused" and fused else 0), took
-    want = f(x)
+    want = f(*args)
     assert got.device.type == "mtia" and got.dtype == want.dtype and got.shape == want.shape
     return got.cpu(), want
 
@@ -609,21 +609,11 @@ def test_losses_match_cpu(op, n, dtype, mode):
     for seed in (0, 1):
         g = torch.Generator().manual_seed(n + seed)
         x, y = ((torch.randn(n, generator=g) * 2).to(dtype) for _ in range(2))
-        got, want = run2(mode, f, x, y)
+        got, want = run(mode, f, x, y)
         torch.testing.assert_close(got, want)
         exact = f(x.double(), y.double()).item()
         ulp = torch.finfo(dtype).eps * max(1.0, abs(exact))
         assert abs(got.double().item() - exact) <= abs(want.double().item() - exact) + ulp
-
-
-def run2(mode, f, x, y, fused=True):
-    n = C._fused_reduction_calls()
-    got = f(x.to("mtia"), y.to("mtia"))
-    torch.mtia.synchronize()
-    assert C._fused_reduction_calls() - n == (1 if mode == "fused" and fused else 0)
-    want = f(x, y)
-    assert got.dtype == want.dtype and got.shape == want.shape
-    return got.cpu(), want
 
 
 @pytest.mark.parametrize("dtype", LOW, ids=str)
@@ -631,10 +621,10 @@ def test_losses_the_loops_do_not_take_and_specials(dtype, mode):
     x, y = (torch.randn(GRAIN + 9).to(dtype) for _ in range(2))
     x[3], y[4] = float("nan"), float("inf")
     for f in (LOSSES["smooth_l1_mean"], LOSSES["huber_sum_delta"]):
-        got, want = run2(mode, f, x, y)
+        got, want = run(mode, f, x, y)
         assert got.isnan() and want.isnan()
     for f in (lambda a, b: F.smooth_l1_loss(a, b, reduction="none"), lambda a, b: F.huber_loss(a, b[:1].expand_as(a))):
-        got, want = run2(mode, f, x, y, fused=False)
+        got, want = run(mode, f, x, y, fused=False)
         torch.testing.assert_close(got, want, equal_nan=True)
     x[3], y[4] = 1.0, 2.0  # beta 0: torch's l1_loss, (x - y).abs().mean()
     f = lambda a, b: F.smooth_l1_loss(a, b, beta=0.0)

@@ -8,10 +8,11 @@ low-precision table keeps the main cases, this the long tail.
     python bench/op_survey.py gelu,erfc,flip  # some
     ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 python bench/op_survey.py  # as a host without AVX-512
 
-Each time is the median of 7 runs of 10 calls and a synchronize. A single
-run reads up to ~4 ms high now and then when a synchronize waits for a
-scheduler tick (README: the synchronize poll): rerun a marked row before
-believing it.
+Each time is the median of 7 runs of 10 calls and a synchronize, the three
+dtypes' runs interleaved. A single run reads up to ~4 ms high now and then
+when a synchronize waits for a scheduler tick (README: the synchronize
+poll), and a process sometimes runs an op several times slower for a
+while: rerun a marked row before believing it.
 """
 import statistics
 import sys
@@ -24,18 +25,24 @@ TARGET = 1.1
 A = torch.ops.aten
 
 
-def timed(fn, inner=10, repeats=7):
-    for _ in range(2):
-        fn()
-    torch.mtia.synchronize()
-    runs = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(inner):
+def timed(fns, inner=10, repeats=7):
+    """The median time of each of `fns` (by key) over `repeats` runs of
+    `inner` calls and a synchronize, the keys interleaved within each run:
+    a stretch of a slow process (README: the synchronize poll; issue notes:
+    two-speed processes) then slows every dtype alike instead of one."""
+    for fn in fns.values():
+        for _ in range(2):
             fn()
-        torch.mtia.synchronize()
-        runs.append((time.perf_counter() - t0) / inner)
-    return statistics.median(runs)
+    torch.mtia.synchronize()
+    runs = {k: [] for k in fns}
+    for _ in range(repeats):
+        for k, fn in fns.items():
+            t0 = time.perf_counter()
+            for _ in range(inner):
+                fn()
+            torch.mtia.synchronize()
+            runs[k].append((time.perf_counter() - t0) / inner)
+    return {k: statistics.median(v) for k, v in runs.items()}
 
 
 def image(x):
@@ -121,7 +128,7 @@ def main():
         g = torch.Generator().manual_seed(0)
         base = torch.randn(1024, 1024, generator=g).to("mtia")
         xs = {dtype: base.to(dtype) for dtype in (torch.float32, torch.bfloat16, torch.float16)}
-        t = {dtype: timed(lambda x=x: fn(x)) for dtype, x in xs.items()}
+        t = timed({dtype: (lambda x=x: fn(x)) for dtype, x in xs.items()})
         bf16, fp16 = t[torch.bfloat16] / t[torch.float32], t[torch.float16] / t[torch.float32]
         ok = max(bf16, fp16) <= TARGET
         if not ok:

@@ -22,7 +22,9 @@
 // The path is taken where activationPath() (low_precision.h) says kFloat32
 // for the dtype, i.e. not in OPENMTIA_LOW_PRECISION=native, for calls (the
 // functional, in-place and out= overloads of lowPrecisionTableOps()) over a
-// self of more than loopMinElements() elements (32768 by default: a
+// self of more than loopMinElements() elements (exp2: not on a host whose
+// loops run 16 lanes, kernelIsa() kAvx512, where CPU's kernel is cheaper
+// than a lookup) (32768 by default: a
 // table's 65,536 would cost smaller calls more than their kernel;
 // OPENMTIA_LOOP_MIN_ELEMENTS=0 sends every call through, as the
 // conformance test does), contiguous (dense, with an

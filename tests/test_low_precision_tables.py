@@ -79,7 +79,9 @@ def test_tables_give_cpus_bits(op, dtype, mode):
         before = C._low_precision_table_calls()
         got = f(x.to("mtia"))
         torch.mtia.synchronize()
-        assert C._low_precision_table_calls() - before == (1 if mode == "float32" else 0)
+        # (exp2 keeps CPU's kernel on a host whose loops run 16 lanes: cheaper than a lookup there)
+        table = mode == "float32" and not (op == "exp2" and C._activation_isa() == "avx512")
+        assert C._low_precision_table_calls() - before == (1 if table else 0)
         assert_cpus(got, f(x), exact=op not in VECTOR_ONLY or mode == "native")
 
 

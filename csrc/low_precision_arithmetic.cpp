@@ -46,22 +46,18 @@ std::optional<int64_t> columnSpacing(const at::Tensor& b) {
   return s.value_or(1);
 }
 
-// Whether b is a column of a: of a's dtype and device, a's sizes but the
-// last, which is 1, its elements evenly spaced (columnSpacing), with rows
-// of a of at least kMinPeriod elements (x * rsqrt(mean), a row's scale);
-// out[r, j] = a[r, j] kind b[r] then: each row the number loop with b[r]
-// as its number (b[r] widened exactly, as CPU's broadcast takes it).
-bool columnOf(const at::Tensor& a, const at::Tensor& b) {
+// Where b is a column of a, the spacing of its elements (else nothing): of
+// a's dtype and device, a's sizes but the last, which is 1, its elements
+// evenly spaced (columnSpacing), with rows of a of at least kMinPeriod
+// elements (x * rsqrt(mean), a row's scale); out[r, j] = a[r, j] kind b[r]
+// then: each row the number loop with b[r] as its number (b[r] widened
+// exactly, as CPU's broadcast takes it).
+std::optional<int64_t> columnOf(const at::Tensor& a, const at::Tensor& b) {
   if (!b.defined() || b.device() != a.device() || b.scalar_type() != a.scalar_type() || b.is_neg() || b.is_conj() ||
       a.dim() == 0 || b.dim() != a.dim() || b.size(-1) != 1 || a.size(-1) < kMinPeriod ||
       !a.sizes().slice(0, a.dim() - 1).equals(b.sizes().slice(0, b.dim() - 1)))
-    return false;
-  return columnSpacing(b).has_value();
-}
-
-float widened(bool bf16, uint16_t bits) {
-  return bf16 ? static_cast<float>(c10::BFloat16(bits, c10::BFloat16::from_bits()))
-              : static_cast<float>(c10::Half(bits, c10::Half::from_bits()));
+    return std::nullopt;
+  return columnSpacing(b);
 }
 
 // A bound CPU's clamp converts to the dtype (Scalar::to, which raises where
@@ -88,16 +84,17 @@ void launchLoops(Arithmetic kind, const at::Tensor& a, const at::Tensor& b, floa
   const auto* y = b.defined() ? static_cast<const uint16_t*>(b.data_ptr()) : nullptr;
   auto* o = static_cast<uint16_t*>(out.data_ptr());
   const int64_t n = a.numel();
-  const bool column = y && columnOf(a, b);
+  const std::optional<int64_t> spacing = y ? columnOf(a, b) : std::nullopt;
+  const bool column = spacing.has_value();
   const int64_t period = y && !column && b.numel() < n ? b.numel() : 0;  // b a row of a (rowOf)
-  const int64_t row = column ? a.size(-1) : 0, spacing = column ? *columnSpacing(b) : 0;
+  const int64_t row = column ? a.size(-1) : 0;
   launchOnCurrentStream(a.device().index(), kNames[static_cast<int>(kind)], [=] {
     const int64_t work = n * (y ? 3 : 2);
     useKernelThreads(work);
     if (column) {  // each row a kind its number
       forEachThread(n / row, [&](int64_t first, int64_t last) {
         for (int64_t r = first; r < last; ++r)
-          arithmeticLoop(kind, bf16, x + r * row, nullptr, widened(bf16, y[r * spacing]), f, o + r * row, row);
+          arithmeticLoop(kind, bf16, x + r * row, nullptr, widenedOne(bf16, y[r * *spacing]), f, o + r * row, row);
       });
       return;
     }
@@ -118,7 +115,7 @@ void launchLoops(Arithmetic kind, const at::Tensor& a, const at::Tensor& b, floa
 
 bool fusedArithmetic(const at::Tensor& a, const at::Tensor& b, const c10::Scalar& alpha) {
   if (alpha.isComplex()) return false;
-  return rowOf(a, b) || columnOf(a, b) ? loopsTake(a) : loopsTake(a, b);
+  return rowOf(a, b) || columnOf(a, b).has_value() ? loopsTake(a) : loopsTake(a, b);
 }
 
 void launchArithmetic(Arithmetic kind, const at::Tensor& a, const at::Tensor& b, double number,

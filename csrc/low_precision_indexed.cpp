@@ -1,16 +1,13 @@
 // bf16/fp16 embedding's backward (see low_precision_indexed.h).
 #include "low_precision_indexed.h"
 
-#include <ATen/MemoryOverlap.h>
 #include <ATen/Parallel.h>
-#include <ATen/WrapDimUtils.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
 #include <atomic>
 #include <cstring>
-#include <optional>
 #include <vector>
 
 #include "common.h"
@@ -89,7 +86,7 @@ at::Tensor embeddingDenseBackward(const at::Tensor& grad, const at::Tensor& inde
   const int64_t n = index.numel(), pad = padding_idx.guard_int(__FILE__, __LINE__);
   launchOnCurrentStream(grad.device().index(), "aten::embedding_dense_backward", [=] {
     const std::vector<int64_t> index = indices(ip, int64, n);
-    checkIndices(index, weights);  // (CPU's kernel does not check: it would write out of bounds)
+    checkIndices(index, weights);  // (CPU's kernel skips such an index silently)
     std::memset(dst, 0, weights * row * sizeof(uint16_t));  // (+0 in bf16 and fp16)
     useKernelThreads(n * row * 3);
     addRowsRounding(bf16, dst, src, index, row, pad);

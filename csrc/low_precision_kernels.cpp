@@ -194,6 +194,24 @@ bool convertLowPrecision(const at::Tensor& dst, const at::Tensor& src, bool thre
   return true;
 }
 
+float widenedOne(bool bf16, uint16_t bits) {
+  return bf16 ? static_cast<float>(c10::BFloat16(bits, c10::BFloat16::from_bits()))
+              : static_cast<float>(c10::Half(bits, c10::Half::from_bits()));
+}
+
+uint16_t roundedOne(bool bf16, float v) { return bf16 ? c10::BFloat16(v).x : c10::Half(v).x; }
+
+double sumOverThreads(int64_t n, const std::function<double(int64_t, int64_t)>& f) {
+  const int64_t threads = at::get_num_threads();
+  std::vector<double> part(threads);
+  forEachThread(threads, [&](int64_t first, int64_t last) {
+    for (int64_t t = first; t < last; ++t) part[t] = f(n * t / threads, n * (t + 1) / threads);
+  });
+  double total = 0;
+  for (double p : part) total += p;
+  return total;
+}
+
 void convertOrCopy(const at::Tensor& dst, const at::Tensor& src, bool threads) {
   if (!convertLowPrecision(dst, src, threads)) dst.copy_(src);
 }

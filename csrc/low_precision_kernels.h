@@ -14,6 +14,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 
 namespace openmtia {
 
@@ -136,6 +137,15 @@ int64_t leadingDims(const at::Tensor& x, at::IntArrayRef dim);
 // thread; out may be x.
 void activationLoop(Activation kind, bool bf16, const uint16_t* x, const uint16_t* g, uint16_t* out, int64_t n,
                     ActivationParams p = {});
+
+// One bf16/fp16 element (its bits) in float32, exactly; one float32 value
+// rounded to nearest even to the dtype's bits.
+float widenedOne(bool bf16, uint16_t bits);
+uint16_t roundedOne(bool bf16, float v);
+// The sum over `n` elements of f(begin, end) for one range of them per
+// thread of the calling thread's team (forEachThread), the partials added
+// in thread order (the same result for a thread count).
+double sumOverThreads(int64_t n, const std::function<double(int64_t, int64_t)>& f);
 
 // out[i] = x[i] for n elements on the calling thread: bf16/fp16 widened to
 // float32 exactly (widenLoop), float32 rounded to nearest even (narrowLoop).

@@ -81,11 +81,6 @@ std::vector<float> widenedAll(const uint16_t* p, bool bf16, int64_t n) {
   return out;
 }
 
-uint16_t rounded(float v, bool bf16) { return bf16 ? c10::BFloat16(v).x : c10::Half(v).x; }
-float widened(uint16_t v, bool bf16) {
-  return bf16 ? static_cast<float>(c10::BFloat16(v, c10::BFloat16::from_bits()))
-              : static_cast<float>(c10::Half(v, c10::Half::from_bits()));
-}
 
 Outputs layerNorm(const at::Tensor& input, c10::SymIntArrayRef normalized_shape, const std::optional<at::Tensor>& weight,
                   const std::optional<at::Tensor>& bias, double eps) {
@@ -114,8 +109,8 @@ Outputs layerNorm(const at::Tensor& input, c10::SymIntArrayRef normalized_shape,
         float m, s;
         layerNormLoop(bf16, xp + r * n, wf.empty() ? nullptr : wf.data(), bf.empty() ? nullptr : bf.data(), eps,
                       yp + r * n, n, scratch.data(), &m, &s);
-        mp[r] = rounded(m, bf16);
-        rp[r] = rounded(s, bf16);
+        mp[r] = roundedOne(bf16, m);
+        rp[r] = roundedOne(bf16, s);
       }
     });
   });
@@ -163,8 +158,8 @@ Outputs layerNormBackward(const at::Tensor& grad_out, const at::Tensor& input, c
       float* dwq = dwp ? dw_part.data() : nullptr;
       float* dbq = dbp ? db_part.data() : nullptr;
       for (int64_t r = first; r < last; ++r)
-        layerNormBackwardLoop(bf16, gp + r * n, xp + r * n, wf.empty() ? nullptr : wf.data(), widened(mp[r], bf16),
-                              widened(rp[r], bf16), n, scratch.data(), dxp ? dxp + r * n : nullptr, dwq, dbq);
+        layerNormBackwardLoop(bf16, gp + r * n, xp + r * n, wf.empty() ? nullptr : wf.data(), widenedOne(bf16, mp[r]),
+                              widenedOne(bf16, rp[r]), n, scratch.data(), dxp ? dxp + r * n : nullptr, dwq, dbq);
       if (!dwq && !dbq) return;
       std::lock_guard<std::mutex> lock(sums);
       for (int64_t j = 0; j < static_cast<int64_t>(dw_part.size()); ++j) dw_sum[j] += dw_part[j];
@@ -424,8 +419,8 @@ Outputs groupNorm(const at::Tensor& input, const std::optional<at::Tensor>& weig
           activationLoop(Activation::kAffine, bf16, x + d * HxW, nullptr, yp + r * len + d * HxW, HxW,
                          ActivationParams{scale, shift, 0.0f});
         }
-        mp[r] = rounded(m, bf16);
-        rp[r] = rounded(rs, bf16);
+        mp[r] = roundedOne(bf16, m);
+        rp[r] = roundedOne(bf16, rs);
       }
     });
   });
@@ -490,7 +485,7 @@ Outputs groupNormBackward(const at::Tensor& grad_out, const at::Tensor& input, c
           db_val += dbs[n * C + c] * w;
         }
         if (!dxp) continue;
-        const float m = widened(mp[r], bf16), rs = widened(rp[r], bf16);
+        const float m = widenedOne(bf16, mp[r]), rs = widenedOne(bf16, rp[r]);
         const float c2 = (db_val * m - ds_val) * rs * rs * rs * s;
         const float c3 = -c2 * m - db_val * rs * s;
         for (int64_t d = 0; d < D; ++d) {
@@ -504,11 +499,11 @@ Outputs groupNormBackward(const at::Tensor& grad_out, const at::Tensor& input, c
       float gw = 0, gb = 0;
       for (int64_t n = 0; n < N; ++n) {
         const int64_t r = n * group + c / D;
-        gw += (ds[n * C + c] - dbs[n * C + c] * widened(mp[r], bf16)) * widened(rp[r], bf16);
+        gw += (ds[n * C + c] - dbs[n * C + c] * widenedOne(bf16, mp[r])) * widenedOne(bf16, rp[r]);
         gb += dbs[n * C + c];
       }
-      if (dwp) dwp[c] = rounded(gw, bf16);
-      if (dbp) dbp[c] = rounded(gb, bf16);
+      if (dwp) dwp[c] = roundedOne(bf16, gw);
+      if (dbp) dbp[c] = roundedOne(bf16, gb);
     }
   });
   return {dx, dw, db};

@@ -125,28 +125,13 @@ namespace {
 // dtype's largest), it is computed again in double element by element, as
 // CPU's kernel accumulates (NaN and inf inputs then give CPU's NaN).
 double varianceAll(bool bf16, const uint16_t* xp, int64_t n, double correction) {
-  const int64_t threads = at::get_num_threads();
-  std::vector<double> part(threads);
-  auto each = [&](auto&& f) {
-    forEachThread(threads, [&](int64_t first, int64_t last) {
-      for (int64_t t = first; t < last; ++t) {
-        const int64_t begin = n * t / threads, end = n * (t + 1) / threads;
-        part[t] = f(xp + begin, end - begin);
-      }
-    });
-    double total = 0;
-    for (double p : part) total += p;
-    return total;
-  };
-  const double mean = each([&](const uint16_t* x, int64_t k) { return sumLoop(bf16, x, k); }) / static_cast<double>(n);
+  const double mean =
+      sumOverThreads(n, [&](int64_t b, int64_t e) { return sumLoop(bf16, xp + b, e - b); }) / static_cast<double>(n);
   const auto m = static_cast<float>(mean);
-  const double m2 = each([&](const uint16_t* x, int64_t k) { return deviationsLoop(bf16, x, m, k); });
+  const double m2 = sumOverThreads(n, [&](int64_t b, int64_t e) { return deviationsLoop(bf16, xp + b, m, e - b); });
   const double var = m2 / (static_cast<double>(n) - correction);
   if (std::isfinite(var)) return var;
-  auto value = [&](int64_t i) -> double {
-    return bf16 ? static_cast<double>(c10::BFloat16(xp[i], c10::BFloat16::from_bits()))
-                : static_cast<double>(c10::Half(xp[i], c10::Half::from_bits()));
-  };
+  auto value = [&](int64_t i) -> double { return widenedOne(bf16, xp[i]); };
   double sum = 0, dev = 0;
   for (int64_t i = 0; i < n; ++i) sum += value(i);
   const double exact_mean = sum / static_cast<double>(n);
@@ -321,16 +306,7 @@ at::Tensor lossOf(Loss kind, const char* name, const at::Tensor& self, const at:
   const auto b = static_cast<float>(beta);
   launchOnCurrentStream(self.device().index(), name, [=] {
     useKernelThreads(2 * n);
-    const int64_t threads = at::get_num_threads();
-    std::vector<double> sums(threads);
-    forEachThread(threads, [&](int64_t first, int64_t last) {
-      for (int64_t t = first; t < last; ++t) {
-        const int64_t begin = n * t / threads, end = n * (t + 1) / threads;
-        sums[t] = lossLoop(kind, bf16, xp + begin, yp + begin, b, end - begin);
-      }
-    });
-    double total = 0;
-    for (double s : sums) total += s;
+    const double total = sumOverThreads(n, [&](int64_t s, int64_t e) { return lossLoop(kind, bf16, xp + s, yp + s, b, e - s); });
     store(bf16, op_out, 0, finish(mean ? Reduction::kMean : Reduction::kSum, total, n));
   });
   return out;

@@ -8,6 +8,7 @@
 #include <torch/library.h>
 
 #include <atomic>
+#include <cmath>
 #include <limits>
 #include <string>
 #include <unordered_set>
@@ -255,7 +256,9 @@ template <Activation K>
 at::Tensor shrink(const at::Tensor& x, const c10::Scalar& lambd) {
   static const c10::OperatorHandle op = handle(K == Activation::kHardshrink ? "aten::hardshrink" : "aten::softshrink");
   const auto a = lambdIn(x, lambd, K == Activation::kHardshrink);
-  if (!a) return boxedFallbackCall(op, {x, lambd});
+  // (the softshrink loop needs a finite lambd >= 0; CPU's kernel raises for
+  // a negative one)
+  if (!a || (K == Activation::kSoftshrink && !(*a >= 0.f && std::isfinite(*a)))) return boxedFallbackCall(op, {x, lambd});
   return forward<K>(op, x, {x, lambd}, {*a});
 }
 template <bool kHard>

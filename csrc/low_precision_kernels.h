@@ -49,7 +49,7 @@ enum class Activation {
   kRound,                 // round half to even (CPU's nearbyint)
   kTrunc,                 // trunc(x)
   kFrac,                  // x - trunc(x)
-  kSign,                  // (x > 0) - (x < 0): 0 for +-0 and NaN
+  kSign,                  // (x > 0) - (x < 0): 0 for +-0 and NaN (on the 16-bit patterns)
   kMaximum,               // (g, x): maximum(x, g), NaN if either is (CPU's bf16 kernel 1.5-1.7x)
   kMinimum,               // (g, x): minimum(x, g), NaN if either is
   kNanToNum,              // NaN -> p.a, +inf -> p.b, -inf -> p.c (CPU's bf16 kernel 1.9x)

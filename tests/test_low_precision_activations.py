@@ -375,6 +375,9 @@ def test_piecewise_activations_raise_cpus_errors_and_train(dtype, mode):
         A.leaky_relu_backward(x.to("mtia"), x.to("mtia"), -0.1, True)
     with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
         A.hardswish_backward(x, x.to("mtia"))
+    for lambd in (-1.0, float("inf"), float("nan")):  # (the softshrink loop takes a finite lambd >= 0)
+        with pytest.raises(RuntimeError, match="lambda must be in range"):
+            F.softshrink(x.to("mtia"), lambd)
     # autograd through each of them (their backward kernels), against CPU
     gen = torch.Generator().manual_seed(5)
     x = (torch.randn(GRAIN + 77, generator=gen) * 4).to(dtype)
@@ -388,3 +391,21 @@ def test_piecewise_activations_raise_cpus_errors_and_train(dtype, mode):
             results.append((y.detach(), xd.grad))
         for got, want in zip(results[1], results[0]):
             same_bits(got, want)
+
+
+@pytest.mark.parametrize("op", EXACT)
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+def test_every_bit_pattern_gives_cpus_bits(op, dtype, mode):
+    """x takes each of the dtype's 65,536 bit patterns once (a multiple of
+    CPU's vector blocks: its vector loop's results), so that a loop's
+    shortcut (reciprocal's Newton steps, hardswish_backward's division by 3,
+    the 16-bit sign and nan_to_num) is checked wherever it could differ."""
+    x = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16).view(dtype)
+    g = torch.randn(x.numel(), generator=torch.Generator().manual_seed(3)).to(dtype)
+    f = EXACT[op]
+    for _ in range(2):  # (the signature's first call, then a later one)
+        before = loop_calls()
+        got = f(g.to("mtia"), x.to("mtia"))
+        torch.mtia.synchronize()
+        assert (loop_calls() > before) == (mode == "float32")
+        same_bits(got, f(g, x))

@@ -269,6 +269,11 @@ void columnsLoop(bool bf16, int kind, const uint16_t* x, int64_t rows, int64_t c
   else avx2::columns(bf16, kind, x, rows, cols, c0, c1, out, scratch);
 }
 
+void prodLoop(bool bf16, const uint16_t* x, int64_t rows, int64_t n, float* out) {
+  if (wide()) avx512::prodRows(bf16, x, rows, n, out);
+  else avx2::prodRows(bf16, x, rows, n, out);
+}
+
 void cumulativeLoop(bool bf16, bool prod, const uint16_t* x, uint16_t* out, int64_t rows, int64_t n, float* scratch) {
   if (wide()) avx512::cumulative(bf16, prod, x, out, rows, n, scratch);
   else avx2::cumulative(bf16, prod, x, out, rows, n, scratch);

@@ -240,6 +240,10 @@ void layerNormBackwardLoop(bool bf16, const uint16_t* dy, const uint16_t* x, con
 // if any element is). scratch: c1 - c0 floats.
 void columnsLoop(bool bf16, int kind, const uint16_t* x, int64_t rows, int64_t cols, int64_t c0, int64_t c1, float* out,
                  float* scratch);
+// The products of `rows` rows of n elements, in CPU's order and roundings
+// (its bf16/fp16 prod over the last dim bit for bit: every product rounded
+// to the dtype), each into out[r] (a value of the dtype).
+void prodLoop(bool bf16, const uint16_t* x, int64_t rows, int64_t n, float* out);
 // `rows` rows of n elements of a cumulative sum (prod: product) in CPU's
 // order: each row's elements in turn into a float32 accumulator, each
 // partial result rounded once (CPU's bf16/fp16 cumsum and cumprod bit for

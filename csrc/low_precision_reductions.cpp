@@ -374,6 +374,30 @@ at::Tensor cumulative(const at::Tensor& x, int64_t dim, std::optional<at::Scalar
 
 }  // namespace
 
+std::optional<at::Tensor> fusedProd(const at::Tensor& x, int64_t dim, bool keepdim,
+                                    std::optional<at::ScalarType> dtype) {
+  if ((dtype && *dtype != x.scalar_type()) || x.dim() == 0 || trailingDims(x, dim) != 1 || x.numel() == 0 ||
+      x.numel() == x.size(-1) || !fusedReduction(x))
+    return std::nullopt;
+  c10::DeviceGuard guard(x.device());
+  int64_t rows;
+  at::Tensor out = emptyDevice(reducedSizes(x, 1, keepdim, rows), x.scalar_type());
+  g_calls.fetch_add(1, std::memory_order_relaxed);
+  const auto* xp = static_cast<const uint16_t*>(x.const_data_ptr());
+  void* op_out = out.data_ptr();
+  const int64_t n = x.size(-1);
+  const bool bf16 = x.scalar_type() == at::kBFloat16;
+  launchOnCurrentStream(x.device().index(), "aten::prod", [=] {
+    useKernelThreads(rows * n * 2);
+    forEachThread(rows, [&](int64_t first, int64_t last) {
+      std::vector<float> r(last - first);
+      prodLoop(bf16, xp + first * n, last - first, n, r.data());
+      for (int64_t i = first; i < last; ++i) store(bf16, op_out, i, r[i - first]);
+    });
+  });
+  return out;
+}
+
 const std::unordered_set<std::string>& reductionOps() {
   static const std::unordered_set<std::string> ops = {"linalg_vector_norm", "norm.ScalarOpt_dim", "argmax",
                                                       "argmin",           "max.dim",            "min.dim",

@@ -1277,6 +1277,7 @@ at::Tensor prodAll(const at::Tensor& x, std::optional<at::ScalarType> dtype) {
 
 at::Tensor prodDim(const at::Tensor& x, int64_t dim, bool keepdim, std::optional<at::ScalarType> dtype) {
   static const c10::OperatorHandle h = handle("aten::prod", "dim_int");
+  if (auto fused = fusedProd(x, dim, keepdim, dtype)) return *fused;  // (bf16/fp16: low_precision_reductions.h)
   return prodOf(x, dim, keepdim, dtype, h, {x, dim, keepdim, dtype});
 }
 

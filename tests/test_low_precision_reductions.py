@@ -491,6 +491,67 @@ def test_cumulative_calls_the_loops_do_not_take_match_cpu(dtype, mode):
     same_bits(m.grad.cpu(), c.grad)
 
 
+def prod_input(shape, seed=0):
+    """Values near 1 (products that neither vanish nor overflow over long
+    rows), an inf, a NaN and a zero among them."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(shape, generator=g) * 0.05 + 1
+    flat = x.view(-1)
+    flat[5], flat[-3], flat[flat.numel() // 2] = float("inf"), float("nan"), 0.0
+    return x
+
+
+# rows: under and over the loops' 8 or 16 side by side, rows shorter than
+# CPU's 64-element block, a block and a tail, one element per row, rows over
+# the parallel threshold
+@pytest.mark.parametrize("shape", [(2, GRAIN + 3), (1027, 33), (GRAIN + 1, 1), (13, 5, 517), (40, 1024),
+                                   (C._parallel_work() // 100 + 5, 100), (17, 4097)], ids=str)
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+def test_prod_over_the_last_dim_matches_cpu_bit_for_bit(shape, dtype, mode):
+    # CPU's order: blocks of 64 into four 16-lane accumulators, each
+    # product rounded to the dtype (prodLoop)
+    x = prod_input(shape, seed=shape[-1]).to(dtype)
+    for keepdim in (False, True, False):  # (the signature's first call, then later ones)
+        same_bits(*run(mode, lambda t: t.prod(-1, keepdim=keepdim), x))
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+def test_prod_calls_the_loops_do_not_take_match_cpu(dtype, mode):
+    x = prod_input((300, 200)).to(dtype)
+    for f in (lambda t: t.prod(0),  # not the last dim
+              lambda t: t.prod(1, dtype=torch.float32),  # another dtype
+              lambda t: t.t().prod(1),  # not contiguous
+              lambda t: t.reshape(1, -1).prod(1),  # one row (CPU: two passes)
+              lambda t: t.prod(),  # every element
+              lambda t: t[:2, :3].prod(1)):  # under GRAIN elements
+        got, want = run(mode, f, x, fused=False)
+        same_bits(got, want) if got.dtype != torch.float32 else torch.testing.assert_close(got, want, equal_nan=True)
+    with pytest.raises(IndexError, match="Dimension out of range"):
+        x.to("mtia").prod(2)
+    m = x.to("mtia").requires_grad_()
+    m.prod(1).sum().backward()
+    c = x.clone().requires_grad_()
+    c.prod(1).sum().backward()
+    torch.testing.assert_close(m.grad.cpu(), c.grad, equal_nan=True)
+
+
+def test_prod_matches_cpu_at_atens_avx2_capability():
+    # CPU's bf16/fp16 prod keeps 16-lane accumulators at ATen's AVX2
+    # capability as at AVX512 (the loops assume it): checked in a process
+    # started as a host without AVX-512
+    code = ("import torch, openmtia\n"
+            "for d in (torch.bfloat16, torch.float16):\n"
+            "    x = (torch.randn(100, 1000, generator=torch.Generator().manual_seed(1)) * 0.05 + 1).to(d)\n"
+            "    got = x.to('mtia').prod(1).cpu()\n"
+            "    assert openmtia._C._fused_reduction_calls() > 0\n"
+            "    assert torch.equal(got.view(torch.int16), x.prod(1).view(torch.int16)), d\n"
+            "print(torch.backends.cpu.get_cpu_capability())")
+    env = dict(os.environ, OPENMTIA_LOW_PRECISION="float32", ATEN_CPU_CAPABILITY="avx2")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["AVX2"]
+
+
 COLUMN_OPS = {
     "sum": lambda x: x.sum(dim=0),
     "mean": lambda x: x.mean(dim=0),

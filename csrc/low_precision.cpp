@@ -448,15 +448,29 @@ void callCpuKernel(const c10::OperatorHandle& op, torch::jit::Stack* stack, bool
   const size_t first = stack->size() - args.size();
   c10::ScalarType low = at::kBFloat16;
   std::vector<std::pair<at::Tensor, at::Tensor>> written;  // (argument, its float32 stand-in)
+  std::vector<std::pair<at::Tensor, at::Tensor>> converted;  // (each argument converted, its stand-in)
   for (size_t i = 0; i < args.size(); ++i) {
     c10::IValue& v = (*stack)[first + i];
     if (!v.isTensor()) continue;
     const at::Tensor t = v.toTensor();
     if (!t.defined() || !isLowPrecision(t.scalar_type())) continue;
     low = t.scalar_type();
-    if (work) useKernelThreads(t.numel());  // (a conversion's own thread count: see below)
-    at::Tensor f = convertedTo(t, at::kFloat);  // its values too: an in-place op reads them
-    if (isWritten(args[i])) written.emplace_back(t, f);
+    // the same elements twice (attention's q = k = v, as one tensor or as
+    // two views alike): one stand-in, as CPU's kernel reads one memory
+    auto same = std::find_if(converted.begin(), converted.end(), [&](const auto& p) {
+      const at::Tensor& u = p.first;
+      return u.is_same(t) || (u.data_ptr() == t.data_ptr() && u.scalar_type() == t.scalar_type() &&
+                              u.sizes().equals(t.sizes()) && u.strides().equals(t.strides()));
+    });
+    const bool fresh = same == converted.end();
+    if (fresh) {
+      if (work) useKernelThreads(t.numel());  // (a conversion's own thread count: see below)
+      converted.emplace_back(t, convertedTo(t, at::kFloat));  // its values too: an in-place op reads them
+    }
+    at::Tensor f = fresh ? converted.back().second : same->second;
+    // (an out= that is an input's memory: written back once, into it)
+    if (isWritten(args[i]) && std::none_of(written.begin(), written.end(), [&](const auto& p) { return p.second.is_same(f); }))
+      written.emplace_back(t, f);
     v = std::move(f);
   }
   if (work) useKernelThreads(work);

@@ -68,3 +68,28 @@ def test_stand_ins_keep_cpus_special_values_and_errors(dtype, mode):
     with pytest.raises(RuntimeError, match="The size of tensor a"):
         torch.xlogy(x.to("mtia"), x[:7].to("mtia"))
     torch.testing.assert_close(torch.xlogy(x.to("mtia"), x.to("mtia")).cpu(), torch.xlogy(x, x), equal_nan=True)  # still usable
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+def test_the_same_memory_twice_gets_one_stand_in(dtype, mode):
+    # attention's q = k = v (one tensor, or two views alike): one float32
+    # stand-in; the results are those of distinct copies. An out= that is an
+    # input's memory gets the result written back into it.
+    import torch.nn.functional as F
+    x = sample((2, 4, 64, 32), dtype, 3)
+    m = x.to("mtia")
+    distinct = F.scaled_dot_product_attention(m.clone(), m.clone(), m.clone())
+    before = C._low_precision_float32_calls()
+    same = F.scaled_dot_product_attention(m, m, m)
+    views = F.scaled_dot_product_attention(m, m.view(x.shape), m[:])
+    torch.mtia.synchronize()
+    assert C._low_precision_float32_calls() - before == (2 if mode == "float32" else 0)
+    for got in (same, views):
+        assert torch.equal(got.cpu().view(torch.int16), distinct.cpu().view(torch.int16))
+    torch.testing.assert_close(same.cpu(), F.scaled_dot_product_attention(x, x, x))
+    y = sample((129, 257), dtype, 4, 0.1, 2.0)
+    a, b = y.to("mtia"), y.to("mtia")
+    torch.xlogy(a, a, out=a)
+    want = torch.xlogy(b, b.clone())
+    assert torch.equal(a.cpu().view(torch.int16), want.cpu().view(torch.int16))
+    torch.testing.assert_close(a.cpu(), torch.xlogy(y, y))

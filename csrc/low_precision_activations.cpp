@@ -3,15 +3,19 @@
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/EmptyTensor.h>
+#include <c10/core/WrapDimMinimal.h>
 #include <c10/util/BFloat16.h>
+#include <c10/util/accumulate.h>
 #include <c10/util/Half.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <limits>
 #include <string>
 #include <unordered_set>
+#include <vector>
 
 #include "common.h"
 #include "low_precision.h"
@@ -286,7 +290,7 @@ void launchActivation(Activation kind, const at::Tensor& x, const at::Tensor& gr
                       ActivationParams p) {
   static const char* const kNames[] = {"aten::gelu",          "aten::gelu",          "aten::silu",
                                        "aten::sigmoid",       "aten::gelu_backward", "aten::gelu_backward",
-                                       "aten::sigmoid_backward", "aten::tanh_backward", "aten::pow",
+                                       "aten::sigmoid_backward", "aten::tanh_backward", "aten::glu", "aten::pow",
                                        "aten::relu", "aten::log", "aten::reciprocal", "aten::hardswish",
                                        "aten::hardsigmoid", "aten::leaky_relu", "aten::hardswish_backward",
                                        "aten::hardsigmoid_backward", "aten::leaky_relu_backward",
@@ -325,13 +329,52 @@ at::Tensor fusedActivationResult(Activation kind, const at::Tensor& x, const at:
 
 int64_t fusedActivationCalls() { return g_calls.load(); }
 
+namespace {
+
+// glu(x, dim) = a * sigmoid(b), a and b x's halves along dim: rows of the
+// dims before dim, each row's a and b runs of h elements (the halves times
+// the dims after dim), the kGlu loop over each row's runs, ranges of the
+// result's elements on the threads. An odd or absent dim: CPU's kernel
+// (which raises).
+at::Tensor glu(const at::Tensor& x, int64_t dim) {
+  static const c10::OperatorHandle op = handle("aten::glu");
+  if (x.dim() == 0 || !fusedActivation(Activation::kGlu, x)) return boxedFallbackCall(op, {x, dim});
+  const int64_t d = c10::maybe_wrap_dim(dim, x.dim());
+  if (x.size(d) % 2 != 0) return boxedFallbackCall(op, {x, dim});
+  c10::DeviceGuard guard(x.device());
+  std::vector<int64_t> sizes = x.sizes().vec();
+  sizes[d] /= 2;
+  at::Tensor out = emptyDevice(sizes, x.scalar_type());
+  const int64_t h = out.numel() / c10::multiply_integers(x.sizes().begin(), x.sizes().begin() + d);
+  const int64_t n = out.numel();
+  if (n == 0) return out;
+  const auto* xp = static_cast<const uint16_t*>(x.data_ptr());
+  auto* yp = static_cast<uint16_t*>(out.data_ptr());
+  const bool bf16 = x.scalar_type() == at::kBFloat16;
+  g_calls.fetch_add(1, std::memory_order_relaxed);
+  launchOnCurrentStream(x.device().index(), "aten::glu", [=] {
+    useKernelThreads(n * (kDenseWorkScale / 4));
+    forEachThread(n, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end;) {  // (output element i: row i / h, offset i % h)
+        const int64_t row = i / h, at = i % h, len = std::min(end - i, h - at);
+        const uint16_t* a = xp + row * 2 * h + at;
+        activationLoop(Activation::kGlu, bf16, a + h, a, yp + i, len, {});
+        i += len;
+      }
+    });
+  });
+  return out;
+}
+
+}  // namespace
+
 const std::unordered_set<std::string>& activationOps() {
   static const std::unordered_set<std::string> ops = {
       "gelu",        "gelu_",        "gelu_backward",        "sigmoid_backward",    "tanh_backward",
       "hardswish",   "hardswish_",   "hardswish_backward",   "hardsigmoid",         "hardsigmoid_",
       "hardsigmoid_backward", "leaky_relu", "leaky_relu_",   "leaky_relu_backward", "threshold_backward",
       "hardtanh",    "hardtanh_",    "hardtanh_backward", "nan_to_num", "nan_to_num_", "hardshrink",
-      "softshrink",  "softshrink_backward", "hardshrink_backward", "elu_backward", "softplus_backward"};
+      "softshrink",  "softshrink_backward", "hardshrink_backward", "elu_backward", "softplus_backward", "glu"};
   return ops;
 }
 
@@ -341,6 +384,7 @@ TORCH_LIBRARY_IMPL(aten, MTIA, m) {
   m.impl("gelu_backward", &geluBackward);
   m.impl("sigmoid_backward", &sigmoidBackward);
   m.impl("tanh_backward", &tanhBackward);
+  m.impl("glu", &glu);
   m.impl("hardswish", &hardswish);
   m.impl("hardswish_", &hardswish_);
   m.impl("hardswish_backward", &hardswishBackward);

@@ -43,6 +43,7 @@ OPS = {
     "elu_result_backward": (lambda g, y: A.elu_backward(g, 1.0, 1.0, 1.0, True, y), True),
     "softplus_backward": (lambda g, x: A.softplus_backward(g, x, 1.0, 20.0), True),
     "softplus_backward_numbers": (lambda g, x: A.softplus_backward(g, x, 2.0, 5.0), True),
+    "glu": (lambda g, x: F.glu(torch.cat([g, x]), 0), True),  # (g * sigmoid(x))
 }
 GELU_OPS = ("gelu", "gelu_tanh", "gelu_backward", "gelu_tanh_backward")
 
@@ -409,3 +410,41 @@ def test_every_bit_pattern_gives_cpus_bits(op, dtype, mode):
         torch.mtia.synchronize()
         assert (loop_calls() > before) == (mode == "float32")
         same_bits(got, f(g, x))
+
+
+@pytest.mark.parametrize("shape,dim", [((64, 1030), -1), ((64, 2, 300), 1), ((2 * GRAIN + 6,), 0), ((6, 3, 8, 700), 2),
+                                       ((3, 2 * GRAIN + 2), 1), ((4, 10, 2000), 0)], ids=str)
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+def test_glu_over_each_dim_matches_cpu(shape, dim, dtype, mode):
+    # a * sigmoid(b), the halves along dim: runs of the rows before dim
+    g = torch.Generator().manual_seed(len(shape))
+    x = (torch.randn(shape, generator=g) * 4).to(dtype)
+    x.view(-1)[:4] = torch.tensor([float("nan"), float("inf"), -float("inf"), 0.0])
+    for _ in range(2):  # (the signature's first call, then a later one)
+        got = fused_calls(mode, lambda: F.glu(x.to("mtia"), dim)).cpu()
+        if mode == "native":
+            torch.testing.assert_close(got, F.glu(x, dim), equal_nan=True)
+            continue
+        torch.testing.assert_close(got, F.glu(x.float(), dim).to(dtype), equal_nan=True)
+        torch.testing.assert_close(got, F.glu(x, dim), equal_nan=True, atol=1e-5,
+                                   rtol=2e-3 if dtype == torch.float16 else 1.6e-2)
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+def test_glu_errors_other_calls_and_gradients_as_on_cpu(dtype, mode):
+    x = (torch.randn(64, 1031) * 2).to(dtype)
+    with pytest.raises(RuntimeError, match="Halving dimension must be even, but dimension 1 is size 1031"):
+        F.glu(x.to("mtia"), 1)
+    with pytest.raises(IndexError, match="Dimension out of range"):
+        F.glu(x.to("mtia"), 2)
+    y = x[:, :1030]
+    for f in (lambda t: F.glu(t.t(), 0),  # not contiguous: CPU's kernel
+              lambda t: F.glu(t[:4, :8], 1)):  # small: CPU's kernel
+        got = fused_calls(mode, lambda: f(y.to("mtia")), expect=False)
+        torch.testing.assert_close(got.cpu(), f(y))
+    grads = []
+    for device in ("cpu", "mtia"):
+        t = y.to(device).detach().requires_grad_()
+        F.glu(t, -1).float().pow(2).sum().backward()
+        grads.append(t.grad.cpu())
+    torch.testing.assert_close(grads[1], grads[0], atol=1e-2, rtol=2e-2)

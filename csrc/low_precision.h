@@ -111,7 +111,8 @@ const std::unordered_set<std::string>& lowPrecisionOrderOps();
 // native bf16 too: CPU's bf16 flash backward took 6.6 ms for the main job's
 // attention (64x4x12x32, causal) against 0.58 ms over float32 stand-ins
 // (float32 itself 0.50); on 1024x1024 (AVX2 setting; bf16 / fp16 time over
-// float32's) xlogy 1.11/1.16 -> 1.05. (Functions of one tensor, erfinv,
+// float32's) xlogy 1.11/1.16 -> 1.05 (xlogy of two alike contiguous
+// tensors is the activation loops' now, 0.2-0.3: these are its other forms). (Functions of one tensor, erfinv,
 // erfc and sinc among them, are tables of CPU's results instead:
 // low_precision_tables.h. Not std()/var() of every element, 7.4 -> 1.17:
 // CPU's bf16 kernel accumulates in float64, float32's overflows to NaN for

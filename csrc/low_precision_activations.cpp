@@ -290,13 +290,13 @@ void launchActivation(Activation kind, const at::Tensor& x, const at::Tensor& gr
                       ActivationParams p) {
   static const char* const kNames[] = {"aten::gelu",          "aten::gelu",          "aten::silu",
                                        "aten::sigmoid",       "aten::gelu_backward", "aten::gelu_backward",
-                                       "aten::sigmoid_backward", "aten::tanh_backward", "aten::glu", "aten::pow",
+                                       "aten::sigmoid_backward", "aten::tanh_backward", "aten::glu", "aten::xlogy", "aten::pow",
                                        "aten::relu", "aten::log", "aten::reciprocal", "aten::hardswish",
                                        "aten::hardsigmoid", "aten::leaky_relu", "aten::hardswish_backward",
                                        "aten::hardsigmoid_backward", "aten::leaky_relu_backward",
                                        "aten::threshold_backward", "aten::hardtanh_backward", "aten::floor",
                                        "aten::ceil", "aten::round", "aten::trunc", "aten::frac", "aten::sign",
-                                       "aten::maximum", "aten::minimum", "aten::nan_to_num", "aten::hardshrink",
+                                       "aten::maximum", "aten::minimum", "aten::hypot", "aten::nan_to_num", "aten::hardshrink",
                                        "aten::softshrink", "aten::softshrink_backward", "aten::elu_backward",
                                        "aten::elu_backward", "aten::softplus_backward", "aten::native_group_norm",
                                        "aten::native_group_norm_backward"};

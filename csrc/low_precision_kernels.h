@@ -28,6 +28,8 @@ enum class Activation {
   kSigmoidBackward,  // sigmoid_backward(grad, y): y the forward's result
   kTanhBackward,     // tanh_backward(grad, y): y the forward's result (CPU's bf16 one 1.4x float32's time, AVX2)
   kGlu,              // (g, x): g * sigmoid(x): glu's halves, a = g and b = x (CPU's bf16 glu 1.15-1.2x float32's time)
+  kXlogy,            // (g, x): xlogy(g, x): NaN for NaN x, 0 for g = 0, else g * log(x) (the loops' log; CPU's
+                     // bf16/fp16 kernel rounds log first: the float32 stand-in's 1.14x float32's time)
   kSquare,           // pow(x, 2): CPU's fp16 pow runs a scalar loop (20-45x float32's time)
   kRelu,             // relu(x): CPU's bf16 relu converts each vector (1.4-1.5x float32's time)
   kLog,              // log(x): CPU's bf16/fp16 log 1.2-1.4x float32's time on an AVX2 host
@@ -53,6 +55,8 @@ enum class Activation {
   kSign,                  // (x > 0) - (x < 0): 0 for +-0 and NaN (on the 16-bit patterns)
   kMaximum,               // (g, x): maximum(x, g), NaN if either is (CPU's bf16 kernel 1.5-1.7x)
   kMinimum,               // (g, x): minimum(x, g), NaN if either is
+  kHypot,                 // (g, x): sqrt(g^2 + x^2), scaled where a square would overflow or underflow
+                          // float32 (CPU's bf16/fp16 kernel 1.13-1.24x float32's time)
   kNanToNum,              // NaN -> p.a, +inf -> p.b, -inf -> p.c (CPU's bf16 kernel 1.9x)
   kHardshrink,            // -p.a <= x <= p.a ? 0 : x (1.6-1.8x)
   kSoftshrink,            // x > p.a ? x - p.a : x < -p.a ? x + p.a : 0, NaN kept (1.6-2.5x)
@@ -84,6 +88,8 @@ constexpr bool takesGrad(Activation kind) {
     case Activation::kTanhBackward:
     case Activation::kHardswishBackward:
     case Activation::kGlu:
+    case Activation::kXlogy:
+    case Activation::kHypot:
     case Activation::kHardsigmoidBackward:
     case Activation::kLeakyReluBackward:
     case Activation::kThresholdBackward:

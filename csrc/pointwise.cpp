@@ -339,6 +339,12 @@ at::Tensor binary(const at::Tensor& a, const at::Tensor& b) {
     constexpr Activation kind = kMax ? Activation::kMaximum : Activation::kMinimum;
     if (fusedActivation(kind, a, b)) return fusedActivationResult(kind, a, b);
   }
+  // xlogy and hypot likewise (the kinds' g is self, x the other)
+  constexpr bool kXlogy = std::string_view(spec.name) == "xlogy", kHypot = std::string_view(spec.name) == "hypot";
+  if constexpr (kXlogy || kHypot) {
+    constexpr Activation kind = kXlogy ? Activation::kXlogy : Activation::kHypot;
+    if (fusedActivation(kind, b, a)) return fusedActivationResult(kind, b, a);
+  }
   if (!alike(a, b, spec.dtypes)) return boxedFallbackCall(h, {a, b});
   c10::DeviceGuard guard(a.device());
   at::Tensor out = emptyDeviceLike(a);

@@ -44,6 +44,8 @@ OPS = {
     "softplus_backward": (lambda g, x: A.softplus_backward(g, x, 1.0, 20.0), True),
     "softplus_backward_numbers": (lambda g, x: A.softplus_backward(g, x, 2.0, 5.0), True),
     "glu": (lambda g, x: F.glu(torch.cat([g, x]), 0), True),  # (g * sigmoid(x))
+    "xlogy": (lambda g, x: torch.xlogy(g, x), True),
+    "hypot": (lambda g, x: torch.hypot(g, x), True),
 }
 GELU_OPS = ("gelu", "gelu_tanh", "gelu_backward", "gelu_tanh_backward")
 
@@ -73,7 +75,7 @@ def inputs(op, n, dtype, seed=0):
         x = torch.sigmoid(x) if op == "sigmoid_backward" else torch.tanh(x)  # the forward's result
     if op == "elu_result_backward":
         x = F.elu(x)
-    if op == "log":
+    if op in ("log", "xlogy"):
         x = x.abs() * torch.logspace(-6, 3, n)  # positive, over nine decades (negatives: the specials' test)
     return torch.randn(n, generator=g).to(dtype), x.to(dtype)
 

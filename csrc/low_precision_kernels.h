@@ -28,6 +28,8 @@ enum class Activation {
   kSigmoidBackward,  // sigmoid_backward(grad, y): y the forward's result
   kTanhBackward,     // tanh_backward(grad, y): y the forward's result (CPU's bf16 one 1.4x float32's time, AVX2)
   kGlu,              // (g, x): g * sigmoid(x): glu's halves, a = g and b = x (CPU's bf16 glu 1.15-1.2x float32's time)
+  kAtan2,            // (g, x): atan2(g, x), Cephes' atanf on the ratio of the smaller magnitude to the larger,
+                     // IEEE's zeros and infinities (CPU's bf16/fp16 kernel 1.06-1.12x float32's time)
   kXlogy,            // (g, x): xlogy(g, x): NaN for NaN x, 0 for g = 0, else g * log(x) (the loops' log; CPU's
                      // bf16/fp16 kernel rounds log first: the float32 stand-in's 1.14x float32's time)
   kSquare,           // pow(x, 2): CPU's fp16 pow runs a scalar loop (20-45x float32's time)
@@ -89,6 +91,7 @@ constexpr bool takesGrad(Activation kind) {
     case Activation::kHardswishBackward:
     case Activation::kGlu:
     case Activation::kXlogy:
+    case Activation::kAtan2:
     case Activation::kHypot:
     case Activation::kHardsigmoidBackward:
     case Activation::kLeakyReluBackward:

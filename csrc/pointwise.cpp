@@ -339,10 +339,11 @@ at::Tensor binary(const at::Tensor& a, const at::Tensor& b) {
     constexpr Activation kind = kMax ? Activation::kMaximum : Activation::kMinimum;
     if (fusedActivation(kind, a, b)) return fusedActivationResult(kind, a, b);
   }
-  // xlogy and hypot likewise (the kinds' g is self, x the other)
-  constexpr bool kXlogy = std::string_view(spec.name) == "xlogy", kHypot = std::string_view(spec.name) == "hypot";
-  if constexpr (kXlogy || kHypot) {
-    constexpr Activation kind = kXlogy ? Activation::kXlogy : Activation::kHypot;
+  // atan2, xlogy and hypot likewise (the kinds' g is self, x the other)
+  constexpr bool kXlogy = std::string_view(spec.name) == "xlogy", kHypot = std::string_view(spec.name) == "hypot",
+                 kAtan2 = std::string_view(spec.name) == "atan2";
+  if constexpr (kXlogy || kHypot || kAtan2) {
+    constexpr Activation kind = kXlogy ? Activation::kXlogy : kHypot ? Activation::kHypot : Activation::kAtan2;
     if (fusedActivation(kind, b, a)) return fusedActivationResult(kind, b, a);
   }
   if (!alike(a, b, spec.dtypes)) return boxedFallbackCall(h, {a, b});

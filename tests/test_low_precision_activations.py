@@ -46,6 +46,7 @@ OPS = {
     "glu": (lambda g, x: F.glu(torch.cat([g, x]), 0), True),  # (g * sigmoid(x))
     "xlogy": (lambda g, x: torch.xlogy(g, x), True),
     "hypot": (lambda g, x: torch.hypot(g, x), True),
+    "atan2": (lambda g, x: torch.atan2(g, x), True),
 }
 GELU_OPS = ("gelu", "gelu_tanh", "gelu_backward", "gelu_tanh_backward")
 
@@ -450,3 +451,24 @@ def test_glu_errors_other_calls_and_gradients_as_on_cpu(dtype, mode):
         F.glu(t, -1).float().pow(2).sum().backward()
         grads.append(t.grad.cpu())
     torch.testing.assert_close(grads[1], grads[0], atol=1e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize("op", ["atan2", "hypot", "xlogy"])
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+def test_binary_functions_of_every_pattern_pair_class(op, dtype, mode):
+    # y takes every bit pattern of the dtype against x from a list of
+    # specials and ordinary values (signed zeros, infinities, NaN,
+    # subnormals, the largest): CPU's zeros, infinities and NaNs exactly,
+    # the rest within the dtype's tolerances of the float32 formula
+    f = OPS[op][0]
+    y = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16).view(dtype)
+    info = torch.finfo(dtype)
+    for v in (0.0, -0.0, float("inf"), -float("inf"), float("nan"), 1.0, -1.0, info.max, -info.max, info.tiny,
+              info.tiny / 4, 2.5, -7.0):
+        x = torch.full_like(y, v)
+        got = fused_calls(mode, lambda: f(y.to("mtia"), x.to("mtia"))).cpu()
+        want = f(y.float(), x.float()).to(dtype) if mode != "native" else f(y, x)
+        assert torch.equal(got.isnan(), want.isnan()), v
+        exact = want.isinf() | (want == 0)
+        assert torch.equal(got[exact].view(torch.int16), want[exact].view(torch.int16)), v
+        torch.testing.assert_close(got, want, equal_nan=True, atol=1e-5, rtol=2e-3 if dtype == torch.float16 else 1.6e-2)

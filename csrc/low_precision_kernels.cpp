@@ -269,6 +269,12 @@ void columnsLoop(bool bf16, int kind, const uint16_t* x, int64_t rows, int64_t c
   else avx2::columns(bf16, kind, x, rows, cols, c0, c1, out, scratch);
 }
 
+void cumExtremumLoop(bool bf16, bool max, const uint16_t* x, uint16_t* values, int64_t* indices, int64_t rows,
+                     int64_t n) {
+  if (wide()) avx512::cumExtremumRows(bf16, max, x, values, indices, rows, n);
+  else avx2::cumExtremumRows(bf16, max, x, values, indices, rows, n);
+}
+
 void prodLoop(bool bf16, const uint16_t* x, int64_t rows, int64_t n, float* out) {
   if (wide()) avx512::prodRows(bf16, x, rows, n, out);
   else avx2::prodRows(bf16, x, rows, n, out);

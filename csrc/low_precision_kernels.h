@@ -251,6 +251,11 @@ void layerNormBackwardLoop(bool bf16, const uint16_t* dy, const uint16_t* x, con
 // if any element is). scratch: c1 - c0 floats.
 void columnsLoop(bool bf16, int kind, const uint16_t* x, int64_t rows, int64_t cols, int64_t c0, int64_t c1, float* out,
                  float* scratch);
+// cummax (max) or cummin over `rows` rows of n elements: CPU's scan (a NaN
+// or an element >= (<=) the running one, that not NaN, is taken), the taken
+// elements' bits into values, their indices into indices.
+void cumExtremumLoop(bool bf16, bool max, const uint16_t* x, uint16_t* values, int64_t* indices, int64_t rows,
+                     int64_t n);
 // The products of `rows` rows of n elements, in CPU's order and roundings
 // (its bf16/fp16 prod over the last dim bit for bit: every product rounded
 // to the dtype), each into out[r] (a value of the dtype).

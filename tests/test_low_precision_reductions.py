@@ -552,6 +552,47 @@ def test_prod_matches_cpu_at_atens_avx2_capability():
     assert out.stdout.split() == ["AVX2"]
 
 
+@pytest.mark.parametrize("shape", [(2, GRAIN + 3), (1027, 33), (GRAIN + 1, 1), (13, 5, 517)], ids=str)
+@pytest.mark.parametrize("op", ["cummax", "cummin"])
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+def test_cummax_cummin_over_the_last_dim_match_cpu_bit_for_bit(op, shape, dtype, mode):
+    # CPU's scan: a NaN, or an element >= (cummin: <=) the running one, is
+    # taken; ties (rounded values), +0 after -0, NaNs and infinities
+    f = getattr(torch, op)
+    g = torch.Generator().manual_seed(shape[-1])
+    x = (torch.randn(shape, generator=g) * 3).round().to(dtype)
+    flat = x.view(-1)
+    for i, v in zip((3, 10, 11, 20, flat.numel() - 5, flat.numel() - 2),
+                    (float("nan"), -0.0, 0.0, float("inf"), -float("inf"), float("nan"))):
+        flat[i] = v
+    for _ in range(2):  # (the signature's first call, then a later one)
+        same_bits(*run(mode, lambda t: f(t, -1).values, x))
+        assert torch.equal(*run(mode, lambda t: f(t, -1).indices, x))
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+def test_cummax_calls_the_loops_do_not_take_match_cpu(dtype, mode):
+    x = (torch.randn(300, 200) * 3).round().to(dtype)
+    for f in (lambda t: torch.cummax(t, 0),  # not the last dim
+              lambda t: torch.cummin(t.t(), -1),  # not contiguous
+              lambda t: torch.cummax(t[:2, :3], 1)):  # under GRAIN elements
+        same_bits(*run(mode, lambda t: f(t).values, x, fused=False))
+        assert torch.equal(*run(mode, lambda t: f(t).indices, x, fused=False))
+    # out= tensors the loops do not take: values not contiguous, then fresh ones
+    v, i = torch.empty(200, 300, dtype=dtype, device="mtia").t(), torch.empty(300, 200, dtype=torch.long, device="mtia")
+    torch.cummax(x.to("mtia"), -1, out=(v, i))
+    wv, wi = torch.cummax(x, -1)
+    same_bits(v.cpu(), wv)
+    assert torch.equal(i.cpu(), wi)
+    with pytest.raises(IndexError, match="Dimension out of range"):
+        torch.cummax(x.to("mtia"), 2)
+    m = x.to("mtia").requires_grad_()
+    torch.cummax(m, -1).values.float().sum().backward()
+    c = x.clone().requires_grad_()
+    torch.cummax(c, -1).values.float().sum().backward()
+    same_bits(m.grad.cpu(), c.grad)
+
+
 COLUMN_OPS = {
     "sum": lambda x: x.sum(dim=0),
     "mean": lambda x: x.mean(dim=0),

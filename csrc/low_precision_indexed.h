@@ -1,4 +1,4 @@
-// bf16 and fp16 embedding backward at float32 speed on every host.
+// bf16 and fp16 embedding backward and index_add_ at float32 speed on every host.
 //
 // CPU PyTorch's bf16/fp16 embedding_dense_backward adds each indexed row of
 // the gradient with its add kernel in index order (grad_weight[k] +=
@@ -12,9 +12,11 @@
 // 64, an int64 or int32 index contiguous on the device, no
 // scale_grad_by_freq. An index out of range raises at the next synchronize
 // (the device's data; CPU's kernel does not check). Every other call: CPU's
-// kernel through the fallback. (index_add_ stays CPU's: with an int64 index
-// its bf16/fp16 kernel adds in float32 over a float32 copy of self, which
-// the loops did not do faster.)
+// kernel through the fallback. index_add_ of dim 0 with alpha 1 likewise,
+// with CPU's results: an int32 index adds row by row, each add rounded (the
+// same loop); an int64 one sums each indexed row in float32 in index order
+// and rounds once (fp16: CPU's kernel runs that as a scalar loop, 2.1-2.7x
+// float32's time, 1.0-1.2 in the loops; bf16 keeps CPU's kernel, as fast).
 #pragma once
 
 #include <cstdint>

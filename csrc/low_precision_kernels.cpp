@@ -164,6 +164,11 @@ void widenLoop(bool bf16, const uint16_t* x, float* out, int64_t n) {
   else avx2::widen(bf16, x, out, n);
 }
 
+void accumulateLoop(bool bf16, const uint16_t* x, float* acc, int64_t n) {
+  if (wide()) avx512::accumulate(bf16, x, acc, n);
+  else avx2::accumulate(bf16, x, acc, n);
+}
+
 void narrowLoop(bool bf16, const float* x, uint16_t* out, int64_t n) {
   if (wide()) avx512::narrow(bf16, x, out, n);
   else avx2::narrow(bf16, x, out, n);

@@ -162,6 +162,8 @@ double sumOverThreads(int64_t n, const std::function<double(int64_t, int64_t)>& 
 // float32 exactly (widenLoop), float32 rounded to nearest even (narrowLoop).
 void widenLoop(bool bf16, const uint16_t* x, float* out, int64_t n);
 void narrowLoop(bool bf16, const float* x, uint16_t* out, int64_t n);
+// acc[i] += x[i] (bf16/fp16 widened exactly) for n elements, in float32.
+void accumulateLoop(bool bf16, const uint16_t* x, float* acc, int64_t n);
 
 // dst = src for a bf16/fp16 `src` and float32 `dst` (widened exactly) or
 // the reverse (rounded to nearest even), on the calling thread, where both

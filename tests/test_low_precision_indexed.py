@@ -77,3 +77,65 @@ def test_embedding_backward_errors_and_calls_the_loops_do_not_take(dtype, mode):
         assert same_bits(got.cpu(), f(grad, bad))
     del got
     assert same_bits(f(grad.to("mtia"), idx.to("mtia")).cpu(), f(grad, idx))  # the device stays usable
+
+
+# (fp16 with either index and bf16 with an int32 one are the loops'; bf16
+# with an int64 index keeps CPU's kernel)
+def index_add_fused(dtype, index_dtype):
+    return dtype == torch.float16 or index_dtype == torch.int32
+
+
+@pytest.mark.parametrize("shape", [(1024, 1024, 1024), (40, 3000, 1000), (7, 500, 50, 130)], ids=str)
+@pytest.mark.parametrize("index_dtype", [torch.int64, torch.int32], ids=str)
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+def test_index_add_bits_as_cpu(shape, index_dtype, dtype, mode):
+    # CPU's order: an int64 index sums each indexed row in float32 in index
+    # order and rounds once; an int32 one rounds each add. Repeated indices
+    # (fewer rows than indices), NaN and inf among the sources.
+    rows, n, *row = shape
+    g = torch.Generator().manual_seed(n)
+    index = torch.randint(0, rows, (n,), generator=g).to(index_dtype)
+    source = (torch.randn(n, *row, generator=g) * 3).to(dtype)
+    source.view(-1)[[5, 77]] = torch.tensor([float("nan"), float("inf")], dtype=dtype)
+    self = torch.randn(rows, *row, generator=g).to(dtype)
+    want = self.clone().index_add_(0, index, source)
+    for _ in range(2):  # (the signature's first call, then a later one)
+        m = self.to("mtia")
+        out = counted(mode, lambda: m.index_add_(0, index.to("mtia"), source.to("mtia")),
+                      fused=index_add_fused(dtype, index_dtype))
+        assert out is m
+        assert same_bits(m.cpu(), want)
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+def test_index_add_errors_and_calls_the_loops_do_not_take(dtype, mode):
+    g = torch.Generator().manual_seed(6)
+    self = torch.randn(300, 200, generator=g).to(dtype)
+    source = torch.randn(400, 200, generator=g).to(dtype)
+    index = torch.randint(0, 300, (400,), generator=g).int()
+    cases = [lambda s, i, src: s.index_add_(0, i, src, alpha=2),  # alpha not 1
+             lambda s, i, src: s.index_add_(1, i[:200] % 200, src[:300]),  # not dim 0
+             lambda s, i, src: s.index_add_(0, i, src.t().contiguous().t()),  # source not contiguous
+             lambda s, i, src: s[:, :32].contiguous().index_add_(0, i, src[:, :32].contiguous()),  # rows under 64
+             lambda s, i, src: s.index_add(0, i, src)]  # the functional form: CPU's kernel
+    for f in cases:
+        got = counted(mode, lambda: f(self.to("mtia"), index.to("mtia"), source.to("mtia")), fused=False)
+        torch.testing.assert_close(got.cpu(), f(self.clone(), index, source))
+    with pytest.raises(RuntimeError, match=r"index_add_\(\): self \(\w+\) and source \(Float\) must have the same scalar type"):
+        self.to("mtia").index_add_(0, index.to("mtia"), source.float().to("mtia"))
+    # an index out of range: the device's data, at the next synchronize
+    # (CPU's kernel, which mode native runs, raises at the call)
+    bad = index.clone()
+    bad[7] = 300
+    if mode == "fused":
+        m = self.to("mtia")
+        m.index_add_(0, bad.to("mtia"), source.to("mtia"))
+        with pytest.raises(RuntimeError, match="index 300 is out of bounds for dimension 0 with size 300"):
+            torch.mtia.synchronize()
+    else:
+        with pytest.raises((IndexError, RuntimeError), match="out of bounds|out of range"):
+            self.to("mtia").index_add_(0, bad.to("mtia"), source.to("mtia"))
+            torch.mtia.synchronize()
+    m = self.to("mtia")  # the device stays usable
+    m.index_add_(0, index.to("mtia"), source.to("mtia"))
+    assert same_bits(m.cpu(), self.clone().index_add_(0, index, source))

@@ -1,4 +1,4 @@
-// bf16 and fp16 embedding backward and index_add_ at float32 speed on every host.
+// bf16 and fp16 embedding backward, index_add_ and scatter_add_ at float32 speed on every host.
 //
 // CPU PyTorch's bf16/fp16 embedding_dense_backward adds each indexed row of
 // the gradient with its add kernel in index order (grad_weight[k] +=
@@ -17,6 +17,10 @@
 // same loop); an int64 one sums each indexed row in float32 in index order
 // and rounds once (fp16: CPU's kernel runs that as a scalar loop, 2.1-2.7x
 // float32's time, 1.0-1.2 in the loops; bf16 keeps CPU's kernel, as fast).
+// scatter_add_ along the last dim (int64 index of src's sizes) likewise:
+// each self row in float32, the source added at each index in order,
+// rounded once, as CPU's kernel (1.3-2.0 -> 0.8-1.0x float32's time); an
+// index out of range raises at the next synchronize.
 #pragma once
 
 #include <cstdint>

@@ -169,6 +169,12 @@ void accumulateLoop(bool bf16, const uint16_t* x, float* acc, int64_t n) {
   else avx2::accumulate(bf16, x, acc, n);
 }
 
+int64_t scatterAddLoop(bool bf16, uint16_t* self, const uint16_t* src, const int64_t* index, int64_t rows, int64_t n,
+                       int64_t m, float* scratch) {
+  return wide() ? avx512::scatterAddRows(bf16, self, src, index, rows, n, m, scratch)
+                : avx2::scatterAddRows(bf16, self, src, index, rows, n, m, scratch);
+}
+
 void narrowLoop(bool bf16, const float* x, uint16_t* out, int64_t n) {
   if (wide()) avx512::narrow(bf16, x, out, n);
   else avx2::narrow(bf16, x, out, n);

@@ -162,6 +162,13 @@ double sumOverThreads(int64_t n, const std::function<double(int64_t, int64_t)>& 
 // float32 exactly (widenLoop), float32 rounded to nearest even (narrowLoop).
 void widenLoop(bool bf16, const uint16_t* x, float* out, int64_t n);
 void narrowLoop(bool bf16, const float* x, uint16_t* out, int64_t n);
+// scatter_add_ along the last dim of `rows` rows (n index/src elements, m
+// self elements each): each self row in float32, src[j] added at index[j]
+// in order, rounded once (CPU's bf16/fp16 kernel, bit for bit). An index
+// outside [0, m) stops it, its row unchanged: the return value is the
+// index's position, else -1. scratch: m floats.
+int64_t scatterAddLoop(bool bf16, uint16_t* self, const uint16_t* src, const int64_t* index, int64_t rows, int64_t n,
+                       int64_t m, float* scratch);
 // acc[i] += x[i] (bf16/fp16 widened exactly) for n elements, in float32.
 void accumulateLoop(bool bf16, const uint16_t* x, float* acc, int64_t n);
 

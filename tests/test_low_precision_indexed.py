@@ -139,3 +139,54 @@ def test_index_add_errors_and_calls_the_loops_do_not_take(dtype, mode):
     m = self.to("mtia")  # the device stays usable
     m.index_add_(0, index.to("mtia"), source.to("mtia"))
     assert same_bits(m.cpu(), self.clone().index_add_(0, index, source))
+
+
+@pytest.mark.parametrize("shape", [(1024, 1024, 1024), (300, 200, 150), (5, 7, 900, 1200)], ids=str)
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+def test_scatter_add_along_the_last_dim_bits_as_cpu(shape, dtype, mode):
+    # CPU's bf16/fp16 kernel: each self row in float32, the source added at
+    # each index in order (repeated indices), rounded once; NaN and inf
+    *lead, n, m = shape
+    g = torch.Generator().manual_seed(n)
+    index = torch.randint(0, m, (*lead, n), generator=g)
+    src = (torch.randn(*lead, n, generator=g) * 3).to(dtype)
+    src.view(-1)[[3, 50]] = torch.tensor([float("nan"), -float("inf")], dtype=dtype)
+    self = torch.randn(*lead, m, generator=g).to(dtype)
+    want = self.clone().scatter_add_(-1, index, src)
+    for _ in range(2):  # (the signature's first call, then a later one)
+        s = self.to("mtia")
+        out = counted(mode, lambda: s.scatter_add_(len(shape) - 2, index.to("mtia"), src.to("mtia")))
+        assert out is s
+        assert same_bits(s.cpu(), want)
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+def test_scatter_add_errors_and_calls_the_loops_do_not_take(dtype, mode):
+    g = torch.Generator().manual_seed(7)
+    self = torch.randn(300, 200, generator=g).to(dtype)
+    src = torch.randn(300, 250, generator=g).to(dtype)
+    index = torch.randint(0, 200, (300, 250), generator=g)
+    cases = [lambda s, i, x: s.scatter_add_(0, i[:, :200] % 300, x[:, :200]),  # not the last dim
+             lambda s, i, x: s.scatter_add_(1, i[:, :100].contiguous(), x),  # index smaller than src
+             lambda s, i, x: s.scatter_add_(1, i, x.t().contiguous().t()),  # src not contiguous
+             lambda s, i, x: s.scatter_add(1, i, x)]  # the functional form: CPU's kernel
+    for f in cases:
+        got = counted(mode, lambda: f(self.to("mtia"), index.to("mtia"), src.to("mtia")), fused=False)
+        assert same_bits(got.cpu(), f(self.clone(), index, src))
+    with pytest.raises(RuntimeError, match="Expected self.dtype to be equal to src.dtype"):
+        self.to("mtia").scatter_add_(1, index.to("mtia"), src.float().to("mtia"))
+    # an index out of range: the device's data, at the next synchronize
+    # (CPU's kernel, which mode native runs, raises at the call)
+    bad = index.clone()
+    bad[150, 7] = 200
+    if mode == "fused":
+        self.to("mtia").scatter_add_(1, bad.to("mtia"), src.to("mtia"))
+        with pytest.raises(RuntimeError, match="index 200 is out of bounds for dimension 1 with size 200"):
+            torch.mtia.synchronize()
+    else:
+        with pytest.raises(RuntimeError, match="index 200 is out of bounds for dimension 1 with size 200"):
+            self.to("mtia").scatter_add_(1, bad.to("mtia"), src.to("mtia"))
+            torch.mtia.synchronize()
+    s = self.to("mtia")  # the device stays usable
+    s.scatter_add_(1, index.to("mtia"), src.to("mtia"))
+    assert same_bits(s.cpu(), self.clone().scatter_add_(1, index, src))

@@ -247,22 +247,33 @@ at::Tensor& nanToNum_(at::Tensor& x, std::optional<double> nan, std::optional<do
   return forwardInplace<Activation::kNanToNum>(op, x, {x, nan, posinf, neginf}, *p);
 }
 
+// The largest finite value of x's dtype (bf16 or fp16).
+double largestOf(const at::Tensor& x) {
+  return x.scalar_type() == at::kBFloat16 ? static_cast<double>(std::numeric_limits<c10::BFloat16>::max())
+                                          : static_cast<double>(std::numeric_limits<c10::Half>::max());
+}
+
 // hardshrink and softshrink (and their backward): lambd as CPU's kernels
 // take it, in float32 (softshrink) or in the dtype (hardshrink and the
 // backward).
 std::optional<float> lambdIn(const at::Tensor& x, const c10::Scalar& lambd, bool in_dtype) {
   const auto a = param(lambd);
   if (!a || !in_dtype || !x.defined() || !isLowPrecision(x.scalar_type())) return a;
-  return inDtype(lambd.toDouble(), x.scalar_type() == at::kBFloat16);
+  // a finite number beyond the dtype's largest: CPU's kernel raises
+  // ("value cannot be converted ... without overflow"), through the fallback
+  const double v = lambd.toDouble();
+  if (std::isfinite(v) && std::abs(v) > largestOf(x)) return std::nullopt;
+  return inDtype(v, x.scalar_type() == at::kBFloat16);
 }
 
 template <Activation K>
 at::Tensor shrink(const at::Tensor& x, const c10::Scalar& lambd) {
   static const c10::OperatorHandle op = handle(K == Activation::kHardshrink ? "aten::hardshrink" : "aten::softshrink");
   const auto a = lambdIn(x, lambd, K == Activation::kHardshrink);
-  // (the softshrink loop needs a finite lambd >= 0; CPU's kernel raises for
-  // a negative one)
-  if (!a || (K == Activation::kSoftshrink && !(*a >= 0.f && std::isfinite(*a)))) return boxedFallbackCall(op, {x, lambd});
+  // (the softshrink loop needs a finite lambd >= 0; CPU's kernel raises
+  // outside [0, the dtype's largest])
+  if (!a || (K == Activation::kSoftshrink && !(lambd.toDouble() >= 0 && lambd.toDouble() <= largestOf(x))))
+    return boxedFallbackCall(op, {x, lambd});
   return forward<K>(op, x, {x, lambd}, {*a});
 }
 template <bool kHard>

@@ -379,9 +379,15 @@ def test_piecewise_activations_raise_cpus_errors_and_train(dtype, mode):
         A.leaky_relu_backward(x.to("mtia"), x.to("mtia"), -0.1, True)
     with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
         A.hardswish_backward(x, x.to("mtia"))
-    for lambd in (-1.0, float("inf"), float("nan")):  # (the softshrink loop takes a finite lambd >= 0)
+    for lambd in (-1.0, float("inf"), float("nan"), 1e39 if dtype == torch.bfloat16 else 65519.0):
+        # (the softshrink loop takes lambd in [0, the dtype's largest])
         with pytest.raises(RuntimeError, match="lambda must be in range"):
             F.softshrink(x.to("mtia"), lambd)
+    big = 1e39 if dtype == torch.bfloat16 else 65519.0  # (beyond the dtype's largest: CPU's kernels raise)
+    for f in (lambda t: F.hardshrink(t, big), lambda t: A.hardshrink_backward(t, t, big),
+              lambda t: A.softshrink_backward(t, t, big)):
+        with pytest.raises(RuntimeError, match="value cannot be converted to type c10::.* without overflow"):
+            f(x.to("mtia"))
     # autograd through each of them (their backward kernels), against CPU
     gen = torch.Generator().manual_seed(5)
     x = (torch.randn(GRAIN + 77, generator=gen) * 4).to(dtype)

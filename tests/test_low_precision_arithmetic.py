@@ -420,3 +420,19 @@ def test_ternary_calls_the_loops_do_not_take(dtype, mode):
         torch.testing.assert_close(got, want, rtol=0, atol=0, equal_nan=True)
     with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
         torch.clamp(x.to("mtia"), y, z.to("mtia"))
+
+
+@pytest.mark.parametrize("dtype", LOW, ids=str)
+def test_clamp_with_tensor_bounds_of_every_pattern(dtype, mode):
+    # x takes each bit pattern against bounds of signed zeros, infinities,
+    # NaN, crossed and equal values: CPU's bits (the dtype's NaN where any
+    # operand is NaN)
+    x = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16).view(dtype)
+    for lo, hi in ((0.0, -0.0), (-0.0, 0.0), (-1.0, 1.0), (1.0, -1.0), (-float("inf"), float("inf")),
+                   (float("nan"), 1.0), (2.0, float("nan")), (0.5, 0.5), (-3.0, -0.0)):
+        lo_t, hi_t = torch.full_like(x, lo), torch.full_like(x, hi)
+        n0 = C._fused_arithmetic_calls()
+        got = torch.clamp(x.to("mtia"), lo_t.to("mtia"), hi_t.to("mtia"))
+        torch.mtia.synchronize()
+        assert C._fused_arithmetic_calls() - n0 == (1 if mode == "fused" else 0)
+        assert same_bits(got.cpu(), torch.clamp(x, lo_t, hi_t)), (lo, hi)

@@ -301,7 +301,7 @@ void launchActivation(Activation kind, const at::Tensor& x, const at::Tensor& gr
                       ActivationParams p) {
   static const char* const kNames[] = {"aten::gelu",          "aten::gelu",          "aten::silu",
                                        "aten::sigmoid",       "aten::gelu_backward", "aten::gelu_backward",
-                                       "aten::sigmoid_backward", "aten::tanh_backward", "aten::glu", "aten::atan2", "aten::xlogy", "aten::pow",
+                                       "aten::sigmoid_backward", "aten::tanh_backward", "aten::glu", "aten::atan2", "aten::pow", "aten::xlogy", "aten::pow",
                                        "aten::relu", "aten::log", "aten::reciprocal", "aten::hardswish",
                                        "aten::hardsigmoid", "aten::leaky_relu", "aten::hardswish_backward",
                                        "aten::hardsigmoid_backward", "aten::leaky_relu_backward",

@@ -339,11 +339,14 @@ at::Tensor binary(const at::Tensor& a, const at::Tensor& b) {
     constexpr Activation kind = kMax ? Activation::kMaximum : Activation::kMinimum;
     if (fusedActivation(kind, a, b)) return fusedActivationResult(kind, a, b);
   }
-  // atan2, xlogy and hypot likewise (the kinds' g is self, x the other)
+  // atan2, pow, xlogy and hypot likewise (the kinds' g is self, x the other)
   constexpr bool kXlogy = std::string_view(spec.name) == "xlogy", kHypot = std::string_view(spec.name) == "hypot",
-                 kAtan2 = std::string_view(spec.name) == "atan2";
-  if constexpr (kXlogy || kHypot || kAtan2) {
-    constexpr Activation kind = kXlogy ? Activation::kXlogy : kHypot ? Activation::kHypot : Activation::kAtan2;
+                 kAtan2 = std::string_view(spec.name) == "atan2", kPow = std::string_view(spec.name) == "pow";
+  if constexpr (kXlogy || kHypot || kAtan2 || kPow) {
+    constexpr Activation kind = kXlogy  ? Activation::kXlogy
+                                : kHypot ? Activation::kHypot
+                                : kAtan2 ? Activation::kAtan2
+                                         : Activation::kPow;
     if (fusedActivation(kind, b, a)) return fusedActivationResult(kind, b, a);
   }
   if (!alike(a, b, spec.dtypes)) return boxedFallbackCall(h, {a, b});

@@ -47,6 +47,7 @@ OPS = {
     "xlogy": (lambda g, x: torch.xlogy(g, x), True),
     "hypot": (lambda g, x: torch.hypot(g, x), True),
     "atan2": (lambda g, x: torch.atan2(g, x), True),
+    "pow": (lambda g, x: torch.pow(g, x), True),  # (g: a positive base, inputs())
 }
 GELU_OPS = ("gelu", "gelu_tanh", "gelu_backward", "gelu_tanh_backward")
 
@@ -78,7 +79,10 @@ def inputs(op, n, dtype, seed=0):
         x = F.elu(x)
     if op in ("log", "xlogy"):
         x = x.abs() * torch.logspace(-6, 3, n)  # positive, over nine decades (negatives: the specials' test)
-    return torch.randn(n, generator=g).to(dtype), x.to(dtype)
+    grad = torch.randn(n, generator=g)
+    if op == "pow":
+        grad = grad.abs() + 0.01  # (negative bases: the specials' and patterns' tests)
+    return grad.to(dtype), x.to(dtype)
 
 
 @pytest.mark.parametrize("n", SIZES)
@@ -459,14 +463,18 @@ def test_glu_errors_other_calls_and_gradients_as_on_cpu(dtype, mode):
     torch.testing.assert_close(grads[1], grads[0], atol=1e-2, rtol=2e-2)
 
 
-@pytest.mark.parametrize("op", ["atan2", "hypot", "xlogy"])
+PATTERN_PAIRS = {name: OPS[name][0] for name in ("atan2", "hypot", "xlogy", "pow")}
+PATTERN_PAIRS["pow of every exponent"] = lambda g, x: torch.pow(x, g)
+
+
+@pytest.mark.parametrize("op", PATTERN_PAIRS)
 @pytest.mark.parametrize("dtype", LOW, ids=str)
 def test_binary_functions_of_every_pattern_pair_class(op, dtype, mode):
     # y takes every bit pattern of the dtype against x from a list of
     # specials and ordinary values (signed zeros, infinities, NaN,
     # subnormals, the largest): CPU's zeros, infinities and NaNs exactly,
     # the rest within the dtype's tolerances of the float32 formula
-    f = OPS[op][0]
+    f = PATTERN_PAIRS[op]
     y = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16).view(dtype)
     info = torch.finfo(dtype)
     for v in (0.0, -0.0, float("inf"), -float("inf"), float("nan"), 1.0, -1.0, info.max, -info.max, info.tiny,

@@ -217,14 +217,19 @@ at::Tensor& hardtanh_(at::Tensor& x, const c10::Scalar& lo, const c10::Scalar& h
   launchClamp(x, lo, hi, x);
   return x;
 }
+// The largest finite value of x's dtype (bf16 or fp16).
+double largestOf(const at::Tensor& x) {
+  return x.scalar_type() == at::kBFloat16 ? static_cast<double>(std::numeric_limits<c10::BFloat16>::max())
+                                          : static_cast<double>(std::numeric_limits<c10::Half>::max());
+}
+
 // nan_to_num: the replacements in the dtype, as CPU's kernel casts them
 // (none: 0, the dtype's largest and lowest).
 std::optional<ActivationParams> nanToNumParams(const at::Tensor& x, std::optional<double> nan,
                                                std::optional<double> posinf, std::optional<double> neginf) {
   if (!x.defined() || !isLowPrecision(x.scalar_type())) return std::nullopt;
   const bool bf16 = x.scalar_type() == at::kBFloat16;
-  const float largest = bf16 ? static_cast<float>(std::numeric_limits<c10::BFloat16>::max())
-                             : static_cast<float>(std::numeric_limits<c10::Half>::max());
+  const auto largest = static_cast<float>(largestOf(x));
   return ActivationParams{inDtype(nan.value_or(0.0), bf16), posinf ? inDtype(*posinf, bf16) : largest,
                           neginf ? inDtype(*neginf, bf16) : -largest};
 }
@@ -245,12 +250,6 @@ at::Tensor& nanToNum_(at::Tensor& x, std::optional<double> nan, std::optional<do
     return x;
   }
   return forwardInplace<Activation::kNanToNum>(op, x, {x, nan, posinf, neginf}, *p);
-}
-
-// The largest finite value of x's dtype (bf16 or fp16).
-double largestOf(const at::Tensor& x) {
-  return x.scalar_type() == at::kBFloat16 ? static_cast<double>(std::numeric_limits<c10::BFloat16>::max())
-                                          : static_cast<double>(std::numeric_limits<c10::Half>::max());
 }
 
 // hardshrink and softshrink (and their backward): lambd as CPU's kernels

@@ -197,9 +197,9 @@ at::Tensor& scatterAdd_(at::Tensor& self, int64_t dim, const at::Tensor& index, 
   const int64_t n = index.size(d), m = self.size(d), rows = index.numel() / n;
   launchOnCurrentStream(self.device().index(), "aten::scatter_add_", [=] {
     useKernelThreads(rows * n * 4);
-    // (an index out of range stops its thread's rows: the first one found
-    // raises, and self's contents are then unspecified, as after a device
-    // kernel's failed check)
+    // (an index out of range stops its thread's rows and raises, naming an
+    // index found out of range; self's contents are then unspecified, as
+    // after a device kernel's failed check)
     std::atomic<int64_t> bad{-1};
     forEachThread(rows, [&](int64_t first, int64_t last) {
       std::vector<float> scratch(m);

@@ -327,27 +327,33 @@ std::string qualified(const char* name, const char* overload) {
   return std::string(name) + (*overload ? std::string(".") + overload : std::string());
 }
 
+// The activation loop's kind of binary op I (kind(g, x) of the backward
+// kinds): maximum/minimum take self as x and the other as g (CPU's vmaxps
+// order); atan2, pow, xlogy and hypot take self as g and the other as x.
+template <size_t I>
+constexpr std::optional<Activation> fusedBinaryKind() {
+  constexpr std::string_view n = kBinaryOps[I].name;
+  if (n == "maximum") return Activation::kMaximum;
+  if (n == "minimum") return Activation::kMinimum;
+  if (n == "atan2") return Activation::kAtan2;
+  if (n == "hypot") return Activation::kHypot;
+  if (n == "xlogy") return Activation::kXlogy;
+  if (n == "pow") return Activation::kPow;
+  return std::nullopt;
+}
+
 template <size_t I>
 at::Tensor binary(const at::Tensor& a, const at::Tensor& b) {
   constexpr const BinarySpec& spec = kBinaryOps[I];
   static const std::string name = std::string("aten::") + spec.name;
   static const c10::OperatorHandle h = handle(name.c_str(), spec.overload);
-  // maximum/minimum of bf16/fp16 above GRAIN_SIZE: the activation loop (as
-  // the backward kinds: a is x, b the second operand)
-  constexpr bool kMax = std::string_view(spec.name) == "maximum", kMin = std::string_view(spec.name) == "minimum";
-  if constexpr (kMax || kMin) {
-    constexpr Activation kind = kMax ? Activation::kMaximum : Activation::kMinimum;
-    if (fusedActivation(kind, a, b)) return fusedActivationResult(kind, a, b);
-  }
-  // atan2, pow, xlogy and hypot likewise (the kinds' g is self, x the other)
-  constexpr bool kXlogy = std::string_view(spec.name) == "xlogy", kHypot = std::string_view(spec.name) == "hypot",
-                 kAtan2 = std::string_view(spec.name) == "atan2", kPow = std::string_view(spec.name) == "pow";
-  if constexpr (kXlogy || kHypot || kAtan2 || kPow) {
-    constexpr Activation kind = kXlogy  ? Activation::kXlogy
-                                : kHypot ? Activation::kHypot
-                                : kAtan2 ? Activation::kAtan2
-                                         : Activation::kPow;
-    if (fusedActivation(kind, b, a)) return fusedActivationResult(kind, b, a);
+  // bf16/fp16 above GRAIN_SIZE: the activation loop (fusedBinaryKind)
+  constexpr auto fused = fusedBinaryKind<I>();
+  if constexpr (fused.has_value()) {
+    constexpr bool self_is_x = *fused == Activation::kMaximum || *fused == Activation::kMinimum;
+    const at::Tensor& x = self_is_x ? a : b;
+    const at::Tensor& g = self_is_x ? b : a;
+    if (fusedActivation(*fused, x, g)) return fusedActivationResult(*fused, x, g);
   }
   if (!alike(a, b, spec.dtypes)) return boxedFallbackCall(h, {a, b});
   c10::DeviceGuard guard(a.device());

@@ -46,6 +46,12 @@ class DeviceProcess:
         self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--serve", device],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
+    def wait_ready(self):
+        # (the children start together: the first case is timed only once
+        # no other one is still importing torch on the same cores)
+        if self.proc.stdout.readline().strip() != "ready":
+            raise RuntimeError(f"a bench process did not start (exit code {self.proc.wait()})")
+
     def times(self, index, repeats, inner):
         self.proc.stdin.write(json.dumps([index, repeats, inner]) + "\n")
         self.proc.stdin.flush()
@@ -60,10 +66,18 @@ class DeviceProcess:
 
 
 def serve(device):
-    """--serve: the child side of DeviceProcess."""
+    """--serve: the child side of DeviceProcess. A request [index, repeats,
+    inner] times `repeats` runs of CASES[index]; the case is made and warmed
+    up at its first request and kept for the next ones."""
+    torch.empty(1, device=device)  # the device's lazy start, before the parent's first request
+    print("ready", flush=True)
+    current, fns = None, None
     for line in sys.stdin:
         index, repeats, inner = json.loads(line)
-        t = alternating({device: (CASES[index][1](device), on(device))}, repeats, inner)[device]
+        if index != current:
+            current, fns = index, {device: (CASES[index][1](device), on(device))}
+            alternating(fns, 0, inner)  # (warm-up only)
+        t = alternating(fns, repeats, inner, warmup=0)[device]
         print(json.dumps(t), flush=True)
 
 
@@ -72,9 +86,18 @@ def paired(pairs, index, repeats, inner):
     (one per pair), the median over the processes of each one's median. A
     process runs all its cases in one of two speeds (a 200-shape loop read 70
     or 93 ms on CPU PyTorch in a process of its own, run after run): one
-    process per device made a ratio of 0.80 one run and 1.33 the next."""
-    return tuple(statistics.median(statistics.median(procs[d].times(index, repeats, inner)) for procs in pairs)
-                 for d in ("cpu", "mtia"))
+    process per device made a ratio of 0.80 one run and 1.33 the next. The
+    processes take turns repeat by repeat: the development VM's single thread
+    runs at one of two speeds for seconds at a time (an add of one element in
+    CPU PyTorch 1.15 or 2.0 us, alone on the machine), and a case's repeats run
+    back to back in one process then the other put a whole slow stretch on one
+    device (the tiny-op rows read 1.8x, then 1.2x minutes later)."""
+    times = [{d: [] for d in ("cpu", "mtia")} for _ in pairs]
+    for _ in range(repeats):
+        for procs, t in zip(pairs, times):
+            for d in ("cpu", "mtia"):
+                t[d] += procs[d].times(index, 1, inner)
+    return tuple(statistics.median(statistics.median(t[d]) for t in times) for d in ("cpu", "mtia"))
 
 
 def on(device):
@@ -414,6 +437,9 @@ def cpu_table(repeats, quick, processes):
     print(f"|{'-' * 52}|{'-' * 12}|{'-' * 12}|{'-' * 8}|--------|-----|")
     rows = []
     pairs = [{d: DeviceProcess(d) for d in ("cpu", "mtia")} for _ in range(processes)]
+    for procs in pairs:
+        for proc in procs.values():
+            proc.wait_ready()
     for index, (name, factory, kind, inner, target) in enumerate(CASES):
         inner = max(1, inner // 4) if quick else inner
         t_cpu, t_mtia = paired(pairs, index, repeats, inner)

@@ -19,16 +19,6 @@ constexpr size_t kRoundLarge = 2 << 20;        // larger requests: segments roun
 
 }  // namespace
 
-void Stat::add(int64_t n) {
-  current += n;
-  peak = std::max(peak, current);
-  allocated += n;
-}
-void Stat::sub(int64_t n) {
-  current -= n;
-  freed += n;
-}
-
 CacheConfig CacheConfig::parse(const std::string& conf) {
   CacheConfig c;
   std::stringstream ss(conf);

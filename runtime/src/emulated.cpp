@@ -313,10 +313,16 @@ struct Stream {
     }
     --waiters;
   }
+  // Returns the task's sequence number, 0 if it was recorded into the graph
+  // being captured.
   uint64_t push(std::string name, Task fn, size_t depth, uint64_t tag = 0) {
     if (depth) waitForRoom(depth);
     Trash trash;  // destroyed after the lock is released
     std::unique_lock<std::mutex> lk(mu);
+    if (capture) {  // recorded, not run (one lock per launch: its check is here)
+      capture->tasks.emplace_back(std::move(name), std::move(fn));
+      return 0;
+    }
     if (inline_mode) {
       lk.unlock();
       return runInline(std::move(name), std::move(fn), tag);
@@ -676,16 +682,9 @@ void setTracing(TagHook tag, TraceSink sink) {
 
 void launch(int device, StreamId stream, std::string name, Task task) {
   Stream& s = getStream(device, stream);
-  {
-    std::lock_guard<std::mutex> lk(s.mu);
-    if (s.capture) {  // recorded, not run
-      s.capture->tasks.emplace_back(std::move(name), std::move(task));
-      return;
-    }
-  }
   TagHook tag_hook = g_tag_hook.load(std::memory_order_relaxed);
-  s.push(std::move(name), std::move(task), Runtime::get().queue_depth, tag_hook ? tag_hook() : 0);
-  if (Runtime::get().launch_blocking) s.synchronize();  // raise at the failing task
+  const uint64_t seq = s.push(std::move(name), std::move(task), Runtime::get().queue_depth, tag_hook ? tag_hook() : 0);
+  if (seq && Runtime::get().launch_blocking) s.synchronize();  // raise at the failing task (0: captured)
 }
 
 bool launchBlocking() { return Runtime::get().launch_blocking; }

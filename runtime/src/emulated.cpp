@@ -47,6 +47,8 @@ std::atomic<int64_t> g_last_trim_ns{0};
 std::atomic<bool> g_bad_fork{false};  // this process was forked after g_used
 std::atomic<bool> g_workers_stopped{false};  // stopWorkers() ran: tasks run inline
 std::atomic<WaitHook> g_wait_hook{nullptr};
+RuntimeConfig g_config;                  // configure(): read once, when the runtime is made
+std::atomic<bool> g_runtime_made{false};
 
 void checkNotForked() {
   if (g_bad_fork.load(std::memory_order_relaxed))
@@ -83,6 +85,15 @@ class RangeMap {
     size_t n = it->second;
     ranges_.erase(it);
     return n;
+  }
+  // The range holding p: its start and size ({nullptr, 0} if none).
+  std::pair<void*, size_t> find(const void* p) const {
+    uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    auto it = ranges_.upper_bound(a);
+    if (it == ranges_.begin()) return {nullptr, 0};
+    --it;
+    if (a >= it->first + std::max<size_t>(it->second, 1)) return {nullptr, 0};
+    return {reinterpret_cast<void*>(it->first), it->second};
   }
   bool contains(const void* p, size_t len = 1) const {
     uintptr_t a = reinterpret_cast<uintptr_t>(p);
@@ -126,6 +137,7 @@ struct GraphTasks {
 struct Stream {
   int device = 0;
   StreamId id = 0;
+  int64_t label = 0;  // its number in messages and trace records (streamCreate's; else its id)
   std::mutex mu;
   std::condition_variable cv_work, cv_done;
   struct Entry { std::string name; Task fn; uint64_t tag = 0; };
@@ -156,7 +168,7 @@ struct Stream {
     std::lock_guard<std::mutex> lk(mu);
     if (capture)
       throw Error(ErrorCode::kCapturing, std::string(what) + " is not permitted while mtia:" + std::to_string(device) +
-                                             " stream " + std::to_string(id) + " is being captured into a graph");
+                                             " stream " + std::to_string(label) + " is being captured into a graph");
   }
 
   // After stopWorkers(): no worker; every task runs on the thread that
@@ -251,7 +263,7 @@ struct Stream {
       failed = true;
       err = "unknown exception";
     }
-    if (sink) sink(TaskRecord{device, id, &e.name, e.tag, start_ns, unixNowNs()});
+    if (sink) sink(TaskRecord{device, static_cast<StreamId>(label), &e.name, e.tag, start_ns, unixNowNs()});
     // What a task captured is released by the host (drain()), never here:
     // destructors may need locks the host holds while it waits for us
     // (e.g. the Python GIL when a tensor's last reference goes away).
@@ -403,7 +415,7 @@ struct Stream {
     std::string task = std::move(error_task), msg = std::move(error_msg);
     lk.unlock();
     throw TaskError(task, "openmtia: asynchronous task '" + task + "' failed on mtia:" +
-                              std::to_string(device) + " stream " + std::to_string(id) +
+                              std::to_string(device) + " stream " + std::to_string(label) +
                               ": " + msg);
   }
   void synchronize() {
@@ -420,17 +432,29 @@ struct Device {
   size_t used = 0;
   RangeMap allocations;
   std::mutex stream_mu;
-  std::unique_ptr<Stream> streams[kStreamsPerDevice];
+  // ids [0, kStreamsPerDevice): the default stream and the pools; later ones
+  // made by streamCreate (retired once destroyed: ids are not reused)
+  std::vector<std::unique_ptr<Stream>> streams = std::vector<std::unique_ptr<Stream>>(kStreamsPerDevice);
+  std::vector<int64_t> labels = std::vector<int64_t>(kStreamsPerDevice);
+  std::vector<char> retired = std::vector<char>(kStreamsPerDevice, 0);
   std::atomic<unsigned> next_pool[2] = {0, 0};
 
+  Device() {
+    for (int i = 0; i < kStreamsPerDevice; ++i) labels[i] = i;
+  }
+  bool valid(StreamId id) {  // with stream_mu held
+    return id >= 0 && id < static_cast<StreamId>(streams.size()) && !retired[id];
+  }
   Stream& stream(StreamId id) {
     std::lock_guard<std::mutex> lk(stream_mu);
+    if (!valid(id)) throw Error(ErrorCode::kInvalidValue, "invalid mtia stream id " + std::to_string(id));
     auto& s = streams[id];
     if (!s) {  // workers start lazily: an idle stream costs nothing
       markUsed();
       s = std::make_unique<Stream>();
       s->device = index;
       s->id = id;
+      s->label = labels[id];
       s->start();
     }
     return *s;
@@ -462,6 +486,7 @@ class Runtime {
 
  private:
   Runtime() {
+    g_runtime_made = true;
     int n = 2;
     if (const char* s = std::getenv("OPENMTIA_DEVICE_COUNT")) {
       char* end = nullptr;
@@ -484,6 +509,10 @@ class Runtime {
       if (end != s && *end == '\0' && v >= 1) queue_depth = static_cast<size_t>(v);
       else std::fprintf(stderr, "openmtia: ignoring invalid OPENMTIA_LAUNCH_QUEUE_DEPTH='%s'\n", s);
     }
+    const RuntimeConfig& c = g_config;
+    if (c.device_count >= 0) n = c.device_count;
+    if (c.device_memory > 0) cap = c.device_memory;
+    if (c.launch_queue_depth > 0) queue_depth = c.launch_queue_depth;
     for (int i = 0; i < n; ++i) {
       devices_.push_back(std::make_unique<Device>());
       devices_.back()->index = i;
@@ -495,7 +524,6 @@ class Runtime {
 
 Stream& getStream(int device, StreamId id) {
   checkNotForked();
-  checkStream(device, id);
   return Runtime::get().device(device).stream(id);
 }
 
@@ -625,6 +653,20 @@ int pointerDevice(const void* ptr) {
   return -1;
 }
 
+Allocation pointerAllocation(const void* ptr) {
+  Runtime& rt = Runtime::get();
+  if (!ptr) return {};
+  for (int i = 0; i < rt.count(); ++i) {
+    Device& d = rt.device(i);
+    std::lock_guard<std::mutex> lk(d.mem_mu);
+    auto [base, size] = d.allocations.find(ptr);
+    if (base) return {i, base, size};
+  }
+  std::lock_guard<std::mutex> lk(rt.pinned_mu);
+  auto [base, size] = rt.pinned.find(ptr);
+  return {-1, base, size};
+}
+
 void* hostMallocPinned(size_t bytes) {
   if (bytes == 0) return nullptr;
   size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
@@ -657,9 +699,34 @@ bool isPinned(const void* ptr) {
 int streamPriority(StreamId stream) { return stream > kPoolSize ? -1 : 0; }
 
 void checkStream(int device, StreamId stream) {
-  checkDevice(device);
-  if (stream < 0 || stream >= kStreamsPerDevice)
-    throw Error(ErrorCode::kInvalidValue, "invalid mtia stream id " + std::to_string(stream));
+  Device& d = Runtime::get().device(device);
+  std::lock_guard<std::mutex> lk(d.stream_mu);
+  if (!d.valid(stream)) throw Error(ErrorCode::kInvalidValue, "invalid mtia stream id " + std::to_string(stream));
+}
+
+StreamId streamCreate(int device, int64_t label) {
+  checkNotForked();
+  Device& d = Runtime::get().device(device);
+  std::lock_guard<std::mutex> lk(d.stream_mu);
+  d.streams.emplace_back();
+  d.labels.push_back(label);
+  d.retired.push_back(0);
+  return static_cast<StreamId>(d.streams.size() - 1);
+}
+
+void streamDestroy(int device, StreamId stream) {
+  checkNotForked();
+  Device& d = Runtime::get().device(device);
+  std::unique_ptr<Stream> s;
+  {
+    std::lock_guard<std::mutex> lk(d.stream_mu);
+    if (stream < kStreamsPerDevice || !d.valid(stream))
+      throw Error(ErrorCode::kInvalidValue, "mtia stream id " + std::to_string(stream) + " was not made by streamCreate");
+    if (d.streams[stream]) d.streams[stream]->checkNotCapturing("destroying a stream");
+    s = std::move(d.streams[stream]);
+    d.retired[stream] = 1;
+  }
+  if (s) s->stopWorker();  // runs what was launched, ends the worker, destroys finished tasks
 }
 
 StreamId streamFromPool(int device, int priority) {
@@ -670,6 +737,17 @@ StreamId streamFromPool(int device, int priority) {
 }
 
 size_t launchQueueDepth() { return Runtime::get().queue_depth; }
+
+void configure(const RuntimeConfig& config) {
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lk(mu);
+  if (g_runtime_made.load())
+    throw Error(ErrorCode::kInvalidValue, "the runtime is configured before its first use, and once");
+  if (config.device_count > kMaxDevices)
+    throw Error(ErrorCode::kInvalidValue, "device_count " + std::to_string(config.device_count) + " exceeds " +
+                                              std::to_string(kMaxDevices));
+  g_config = config;
+}
 
 void setWaitHook(WaitHook hook) { g_wait_hook = hook; }
 

@@ -70,6 +70,16 @@ constexpr int kMaxDevices = 64;  // OPENMTIA_DEVICE_COUNT may not exceed it
 // properties stay readable.
 bool inBadFork() noexcept;
 
+// Settings that override the environment's (OPENMTIA_DEVICE_COUNT,
+// OPENMTIA_DEVICE_MEMORY, OPENMTIA_LAUNCH_QUEUE_DEPTH); -1 / 0: the
+// environment's. Only before the runtime's first use (else kInvalidValue).
+struct RuntimeConfig {
+  int device_count = -1;
+  size_t device_memory = 0;
+  size_t launch_queue_depth = 0;
+};
+void configure(const RuntimeConfig& config);
+
 // Number of devices: OPENMTIA_DEVICE_COUNT (default 2). Never throws.
 int deviceCount() noexcept;
 void checkDevice(int device);  // throws Error(kInvalidDevice)
@@ -89,6 +99,14 @@ void* deviceMalloc(int device, size_t bytes);
 void deviceFree(int device, void* ptr);
 // Device that owns ptr (anywhere inside an allocation), or -1.
 int pointerDevice(const void* ptr);
+// The device or pinned allocation holding ptr: its device (-1: pinned host
+// memory or none), start and size (nullptr, 0: none).
+struct Allocation {
+  int device = -1;
+  void* base = nullptr;
+  size_t size = 0;
+};
+Allocation pointerAllocation(const void* ptr);
 
 void* hostMallocPinned(size_t bytes);
 void hostFreePinned(void* ptr);
@@ -104,6 +122,10 @@ int streamPriority(StreamId stream);  // 0 normal, -1 high
 // Next stream of the pool (round robin). priority < 0 selects the high pool.
 StreamId streamFromPool(int device, int priority);
 void checkStream(int device, StreamId stream);
+// A stream of its own (beyond the pools), shown as `label` in messages and
+// trace records; destroyed once it ran what was launched on it.
+StreamId streamCreate(int device, int64_t label);
+void streamDestroy(int device, StreamId stream);
 
 using Task = std::function<void()>;
 // Each stream queues at most launchQueueDepth() pending tasks

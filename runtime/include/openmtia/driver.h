@@ -1,0 +1,321 @@
+/* openmtia driver ABI: what a device driver implements, in C.
+ *
+ * A driver is a shared library that exports one function,
+ * openmtia_driver_get(), returning a table of function pointers
+ * (OmtiaDriver). The framework side (openmtia's torch integration and its
+ * policy: caching allocator, stream pools, configuration) calls the device
+ * only through that table. The header compiles as C99 and as C++17; no C++
+ * type, exception or ownership of an allocation crosses it.
+ *
+ * Versions (OMTIA_DRIVER_ABI_MAJOR / _MINOR):
+ * - The minor version grows when something is added in a way an older
+ *   caller or driver can tell apart: a function appended to the end of
+ *   OmtiaDriver, a field appended to the end of an argument struct, a new
+ *   status code, flag bit or option name. Every table and argument struct
+ *   starts with `struct_size`: a caller reads a table field, and a driver an
+ *   argument field, only if it lies within the struct_size the other side
+ *   set (OMTIA_HAS_FIELD).
+ * - The major version grows with any other change: a field removed, moved
+ *   or retyped, a function's meaning changed. A caller refuses a driver of
+ *   another major version.
+ *
+ * Calls: every function returns an OmtiaStatus. On failure the calling
+ * thread's last error (get_last_error) holds the code, a message and what
+ * else the code carries; it stays valid until the thread's next call into
+ * the driver. Handles are opaque; a handle passed after its destroy call,
+ * or from another driver, is undefined behaviour. Functions may be called
+ * from any host thread unless their comment says otherwise.
+ *
+ * Asynchrony: a stream runs the work enqueued on it in order, asynchronously
+ * to the host. Work that fails makes its stream's error sticky: the next
+ * stream_synchronize of that stream (or device_synchronize of its device,
+ * or event_synchronize of an event recorded after it) returns
+ * OMTIA_ERROR_TASK_FAILED naming the failed task, once, and the stream
+ * keeps running later work.
+ *
+ * runtime/README.md gives each call's contract and its CUDA equivalent.
+ */
+#ifndef OPENMTIA_DRIVER_H_
+#define OPENMTIA_DRIVER_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define OMTIA_DRIVER_ABI_MAJOR 1
+#define OMTIA_DRIVER_ABI_MINOR 0
+
+/* The name of the one function a driver library exports. */
+#define OMTIA_DRIVER_ENTRY_POINT "openmtia_driver_get"
+
+#if defined(_WIN32)
+#define OMTIA_DRIVER_EXPORT __declspec(dllexport)
+#else
+#define OMTIA_DRIVER_EXPORT __attribute__((visibility("default")))
+#endif
+
+/* Whether `field` of *p lies within the size its producer set. */
+#define OMTIA_HAS_FIELD(p, type, field) \
+  ((p)->struct_size >= offsetof(type, field) + sizeof(((type*)0)->field))
+
+typedef enum OmtiaStatus {
+  OMTIA_SUCCESS = 0,
+  OMTIA_ERROR_OUT_OF_MEMORY = 1,   /* device or pinned memory exhausted */
+  OMTIA_ERROR_INVALID_DEVICE = 2,  /* device index out of range */
+  OMTIA_ERROR_INVALID_VALUE = 3,   /* bad argument: unknown pointer, null out-pointer, ... */
+  OMTIA_ERROR_TASK_FAILED = 4,     /* asynchronous work failed; reported at a synchronization */
+  OMTIA_ERROR_CAPTURING = 5,       /* not permitted while the stream is captured into a graph */
+  OMTIA_ERROR_FORKED = 6,          /* the device was used by the parent of this forked process */
+  OMTIA_ERROR_NOT_SUPPORTED = 7,   /* the driver lacks the capability (see OmtiaDeviceProperties.flags) */
+  OMTIA_ERROR_NOT_READY = 8,       /* a query's work has not finished (stream_query, event_query) */
+  OMTIA_ERROR_INTERNAL = 9         /* anything else; the message says what */
+} OmtiaStatus;
+
+typedef struct OmtiaStream_* OmtiaStream;
+typedef struct OmtiaEvent_* OmtiaEvent;
+typedef struct OmtiaGraph_* OmtiaGraph;
+
+/* ------------------------------------------------------------ errors */
+
+typedef struct OmtiaErrorInfo {
+  size_t struct_size;
+  OmtiaStatus code;
+  const char* message; /* never null; "" after a success */
+  /* OMTIA_ERROR_TASK_FAILED: the failed task's name (else "") */
+  const char* task;
+  /* OMTIA_ERROR_OUT_OF_MEMORY: the device (-1: pinned host memory), the
+   * bytes asked for, in use and the capacity (else 0) */
+  int device;
+  size_t requested, used, capacity;
+} OmtiaErrorInfo;
+
+/* ------------------------------------------------------------ start */
+
+/* A named setting for initialize(): the driver takes the names it
+ * documents and ignores others. The emulator's: "device_count",
+ * "device_memory" (bytes per device), "launch_queue_depth" (pending work
+ * per stream before a launch waits). */
+typedef struct OmtiaOption {
+  const char* name;
+  int64_t value;
+} OmtiaOption;
+
+typedef struct OmtiaInitArgs {
+  size_t struct_size;
+  const OmtiaOption* options;
+  size_t num_options;
+} OmtiaInitArgs;
+
+/* ------------------------------------------------------------ devices */
+
+enum {
+  /* the host may dereference device pointers (else it must copy) */
+  OMTIA_DEVICE_HOST_ADDRESSABLE = 1u << 0,
+  /* launch_host_func runs host functions on the stream */
+  OMTIA_DEVICE_HOST_CALLBACKS = 1u << 1,
+  /* stream capture and graph launch */
+  OMTIA_DEVICE_GRAPHS = 1u << 2,
+  /* work runs asynchronously to the launching thread */
+  OMTIA_DEVICE_ASYNC = 1u << 3
+};
+
+typedef struct OmtiaDeviceProperties {
+  size_t struct_size;
+  char name[256];
+  size_t total_memory;
+  int major, minor; /* compute capability */
+  int processor_count;
+  uint32_t flags; /* OMTIA_DEVICE_* */
+} OmtiaDeviceProperties;
+
+/* ------------------------------------------------------------ memory */
+
+typedef enum OmtiaMemoryType {
+  OMTIA_MEMORY_UNREGISTERED = 0, /* not the driver's */
+  OMTIA_MEMORY_HOST_PINNED = 1,
+  OMTIA_MEMORY_DEVICE = 2
+} OmtiaMemoryType;
+
+typedef struct OmtiaPointerAttributes {
+  size_t struct_size;
+  OmtiaMemoryType type;
+  int device; /* OMTIA_MEMORY_DEVICE: its device, else -1 */
+  void* base; /* the start of the allocation holding the pointer (else null) */
+  size_t size; /* and its size (else 0) */
+} OmtiaPointerAttributes;
+
+typedef enum OmtiaCopyKind {
+  OMTIA_COPY_HOST_TO_DEVICE = 0,
+  OMTIA_COPY_DEVICE_TO_HOST = 1,
+  OMTIA_COPY_DEVICE_TO_DEVICE = 2
+} OmtiaCopyKind;
+
+/* ------------------------------------------------------------ streams and work */
+
+typedef struct OmtiaStreamCreateArgs {
+  size_t struct_size;
+  int device;
+  int priority; /* 0 normal; lower is more urgent, down to stream_priority_range's greatest */
+  /* a number of the caller's, shown in messages and activity records
+   * ("mtia:0 stream 3") */
+  int64_t label;
+} OmtiaStreamCreateArgs;
+
+/* Work of a host function on a stream. `fn` runs on a driver thread once
+ * the work before it on the stream finished; it returns null for success,
+ * or a message, which the driver copies before fn's thread does anything
+ * else (a thread-local buffer of the caller's will do). `destroy` (may be
+ * null) runs on a host thread that calls into the driver (a later launch,
+ * query or synchronization of the stream; never on the driver's thread)
+ * once fn ran, or when a graph holding the work is cleared or destroyed:
+ * what `user` owns may need locks the host holds while it waits for the
+ * device. In a graph, fn may run many times and destroy once. */
+typedef const char* (*OmtiaHostFn)(void* user);
+typedef void (*OmtiaDestroyFn)(void* user);
+
+typedef struct OmtiaLaunchArgs {
+  size_t struct_size;
+  OmtiaHostFn fn;
+  void* user;
+  OmtiaDestroyFn destroy;
+  const char* name; /* for tracing and error messages; copied */
+} OmtiaLaunchArgs;
+
+enum { OMTIA_EVENT_TIMING = 1u << 0 };
+
+/* ------------------------------------------------------------ hooks */
+
+/* Every wait of the driver for room in a stream's launch queue runs as
+ * hook(wait, arg) (e.g. to release an interpreter lock around wait(arg)). */
+typedef void (*OmtiaWaitHook)(void (*wait)(void*), void* arg);
+/* Called on a driver thread that ran everything queued to its stream and
+ * woke a host thread waiting for it, before it sleeps. */
+typedef void (*OmtiaIdleHook)(void);
+
+/* ------------------------------------------------------------ activity */
+
+typedef struct OmtiaActivityRecord {
+  size_t struct_size;
+  int device;
+  int64_t stream_label; /* the stream's OmtiaStreamCreateArgs.label */
+  const char* name;     /* valid during the callback only */
+  uint64_t correlation; /* what the correlation hook returned at the launch */
+  int64_t start_ns, end_ns; /* nanoseconds since the Unix epoch */
+} OmtiaActivityRecord;
+
+/* Called on the launching thread at each launch (0 if unset). */
+typedef uint64_t (*OmtiaCorrelationHook)(void);
+/* Called on a driver thread once a piece of work ran. */
+typedef void (*OmtiaActivityCallback)(const OmtiaActivityRecord* record, void* user);
+
+/* ------------------------------------------------------------ the table */
+
+typedef struct OmtiaDriver {
+  size_t struct_size;
+  uint32_t abi_major, abi_minor;
+  const char* name; /* e.g. "emulated" */
+
+  /* errors: the calling thread's last failure (info->struct_size set by the caller) */
+  OmtiaStatus (*get_last_error)(OmtiaErrorInfo* info);
+
+  /* start and end. initialize: once, before any other call but
+   * get_last_error, in_bad_fork and device_count (which initializes with no
+   * options); again returns OMTIA_ERROR_INVALID_VALUE. shutdown: waits
+   * until every stream ran what was launched, then ends the driver's
+   * threads: later launches run on the launching thread before returning
+   * (errors still reported at the next synchronization). Irreversible. */
+  OmtiaStatus (*initialize)(const OmtiaInitArgs* args);
+  OmtiaStatus (*shutdown)(void);
+  /* *forked = 1 in a child forked after the parent used a device (started
+   * work or allocated device memory); every call that would use a device
+   * then returns OMTIA_ERROR_FORKED. */
+  OmtiaStatus (*in_bad_fork)(int* forked);
+
+  /* devices */
+  OmtiaStatus (*device_count)(int* count);
+  OmtiaStatus (*device_properties)(int device, OmtiaDeviceProperties* props);
+  OmtiaStatus (*mem_get_info)(int device, size_t* free_bytes, size_t* total_bytes);
+
+  /* memory. mem_alloc: 256-byte aligned; 0 bytes gives null.
+   * mem_free: waits until the device ran the work launched so far (which
+   * may use the memory), as cudaFree does. */
+  OmtiaStatus (*mem_alloc)(int device, size_t bytes, void** ptr);
+  OmtiaStatus (*mem_free)(int device, void* ptr);
+  OmtiaStatus (*host_alloc)(size_t bytes, void** ptr); /* pinned host memory */
+  OmtiaStatus (*host_free)(void* ptr);
+  OmtiaStatus (*pointer_get_attributes)(const void* ptr, OmtiaPointerAttributes* attrs);
+
+  /* copies. memcpy: now, not ordered after any stream's work; device to
+   * device may cross devices. memcpy_async: ordered on the stream. */
+  OmtiaStatus (*memcpy)(void* dst, const void* src, size_t bytes, OmtiaCopyKind kind);
+  OmtiaStatus (*memcpy_async)(void* dst, const void* src, size_t bytes, OmtiaCopyKind kind, OmtiaStream stream);
+
+  /* streams */
+  OmtiaStatus (*stream_create)(const OmtiaStreamCreateArgs* args, OmtiaStream* stream);
+  /* after its work ran; the handle is invalid once it returns */
+  OmtiaStatus (*stream_destroy)(OmtiaStream stream);
+  OmtiaStatus (*stream_priority_range)(int* least, int* greatest);
+  /* returns at once, or once the stream's launch queue has room */
+  OmtiaStatus (*launch_host_func)(OmtiaStream stream, const OmtiaLaunchArgs* args);
+  /* OMTIA_SUCCESS when everything launched ran, else OMTIA_ERROR_NOT_READY */
+  OmtiaStatus (*stream_query)(OmtiaStream stream);
+  OmtiaStatus (*stream_synchronize)(OmtiaStream stream);
+  /* work launched on `stream` from now on waits for the event's last
+   * record (a never-recorded event: no wait) */
+  OmtiaStatus (*stream_wait_event)(OmtiaStream stream, OmtiaEvent event);
+  OmtiaStatus (*device_synchronize)(int device);
+  /* like device_synchronize, but reports no error and releases nothing
+   * (safe under the caller's own locks) */
+  OmtiaStatus (*device_wait_idle)(int device);
+  /* *yes = 1 on a thread of the driver that runs work */
+  OmtiaStatus (*on_driver_thread)(int* yes);
+
+  /* events (flags: OMTIA_EVENT_*). An event belongs to the device it was
+   * first recorded on: recording it on another gives OMTIA_ERROR_INVALID_VALUE. */
+  OmtiaStatus (*event_create)(uint32_t flags, OmtiaEvent* event);
+  OmtiaStatus (*event_destroy)(OmtiaEvent event);
+  OmtiaStatus (*event_record)(OmtiaEvent event, OmtiaStream stream);
+  /* OMTIA_SUCCESS when never recorded or its last record was reached, else OMTIA_ERROR_NOT_READY */
+  OmtiaStatus (*event_query)(OmtiaEvent event);
+  OmtiaStatus (*event_synchronize)(OmtiaEvent event);
+  /* both timing events, both reached */
+  OmtiaStatus (*event_elapsed_ms)(OmtiaEvent start, OmtiaEvent end, double* ms);
+  OmtiaStatus (*event_device)(OmtiaEvent event, int* device); /* -1 if never recorded */
+
+  /* graphs (OMTIA_DEVICE_GRAPHS). While a stream is captured, work launched
+   * on it is recorded into the graph instead of running; synchronizing or
+   * querying the stream, or recording an event on it, returns
+   * OMTIA_ERROR_CAPTURING. A launched graph runs its work in order as one
+   * piece of work of the stream it is launched on. */
+  OmtiaStatus (*graph_create)(OmtiaGraph* graph);
+  OmtiaStatus (*graph_destroy)(OmtiaGraph graph);
+  OmtiaStatus (*stream_begin_capture)(OmtiaStream stream, OmtiaGraph graph);
+  OmtiaStatus (*stream_end_capture)(OmtiaStream stream);
+  OmtiaStatus (*stream_is_capturing)(OmtiaStream stream, int* capturing);
+  OmtiaStatus (*graph_task_count)(OmtiaGraph graph, size_t* count);
+  /* valid until the graph is cleared or destroyed */
+  OmtiaStatus (*graph_task_name)(OmtiaGraph graph, size_t index, const char** name);
+  OmtiaStatus (*graph_launch)(OmtiaGraph graph, OmtiaStream stream);
+  OmtiaStatus (*graph_clear)(OmtiaGraph graph);
+
+  /* hooks (null: none) */
+  OmtiaStatus (*set_wait_hook)(OmtiaWaitHook hook);
+  OmtiaStatus (*set_idle_hook)(OmtiaIdleHook hook);
+  /* activity records of every piece of work (null callback: off, costing
+   * a load per launch and per piece of work) */
+  OmtiaStatus (*set_activity_callback)(OmtiaCorrelationHook correlation, OmtiaActivityCallback callback, void* user);
+} OmtiaDriver;
+
+/* The entry point: the driver's table (static, never freed), or null if it
+ * cannot serve a caller built against `caller_abi_major`. */
+typedef const OmtiaDriver* (*OmtiaDriverGetFn)(uint32_t caller_abi_major);
+OMTIA_DRIVER_EXPORT const OmtiaDriver* openmtia_driver_get(uint32_t caller_abi_major);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* OPENMTIA_DRIVER_H_ */

@@ -1,0 +1,504 @@
+// Driver conformance: what every driver (openmtia/driver.h) must do, through
+// the C ABI only. Run as `openmtia_driver_conformance path/to/driver.so`;
+// CTest runs it for every driver in the tree.
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "openmtia/driver.h"
+
+extern "C" int openmtia_driver_header_c99_check(const OmtiaDriver* d);
+
+namespace {
+
+const char* g_path = nullptr;
+const OmtiaDriver* D = nullptr;
+constexpr size_t kDeviceMemory = 64 << 20;  // initialize's option: 64 MiB per device
+constexpr int64_t kQueueDepth = 8;
+
+OmtiaErrorInfo lastError() {
+  OmtiaErrorInfo info{};
+  info.struct_size = sizeof info;
+  EXPECT_EQ(D->get_last_error(&info), OMTIA_SUCCESS);
+  return info;
+}
+
+#define OK(call) ASSERT_EQ((call), OMTIA_SUCCESS) << lastError().message
+
+// RAII over a stream, for the tests' brevity.
+struct Stream {
+  OmtiaStream s = nullptr;
+  explicit Stream(int device = 0, int priority = 0, int64_t label = 7) {
+    OmtiaStreamCreateArgs a{};
+    a.struct_size = sizeof a;
+    a.device = device;
+    a.priority = priority;
+    a.label = label;
+    EXPECT_EQ(D->stream_create(&a, &s), OMTIA_SUCCESS) << lastError().message;
+  }
+  ~Stream() {
+    if (s) EXPECT_EQ(D->stream_destroy(s), OMTIA_SUCCESS) << lastError().message;
+  }
+};
+
+// Launches a C++ callable as a host function (its destroy deletes it).
+template <typename F>
+OmtiaStatus launch(OmtiaStream s, const char* name, F f) {
+  auto* owned = new F(std::move(f));
+  OmtiaLaunchArgs a{};
+  a.struct_size = sizeof a;
+  a.fn = [](void* u) -> const char* { return (*static_cast<F*>(u))(); };
+  a.user = owned;
+  a.destroy = [](void* u) { delete static_cast<F*>(u); };
+  a.name = name;
+  return D->launch_host_func(s, &a);
+}
+
+TEST(Driver, EntryPointAndVersion) {
+  void* lib = dlopen(g_path, RTLD_NOW | RTLD_LOCAL);
+  ASSERT_NE(lib, nullptr) << dlerror();
+  auto get = reinterpret_cast<OmtiaDriverGetFn>(dlsym(lib, OMTIA_DRIVER_ENTRY_POINT));
+  ASSERT_NE(get, nullptr);
+  EXPECT_EQ(get(OMTIA_DRIVER_ABI_MAJOR), D);  // the same static table
+  EXPECT_EQ(get(OMTIA_DRIVER_ABI_MAJOR + 1), nullptr);
+  EXPECT_GE(D->struct_size, sizeof(OmtiaDriver));
+  EXPECT_EQ(D->abi_major, OMTIA_DRIVER_ABI_MAJOR);
+  EXPECT_GE(D->abi_minor, 0u);
+  ASSERT_NE(D->name, nullptr);
+  EXPECT_GT(std::strlen(D->name), 0u);
+  EXPECT_EQ(openmtia_driver_header_c99_check(D), 1);
+}
+
+TEST(Driver, InitializeOnceWithItsOptions) {
+  OmtiaInitArgs args{};
+  args.struct_size = sizeof args;
+  EXPECT_EQ(D->initialize(&args), OMTIA_ERROR_INVALID_VALUE);  // (main() initialized it)
+  EXPECT_NE(std::string(lastError().message), "");
+  size_t free_b = 0, total = 0;
+  OK(D->mem_get_info(0, &free_b, &total));
+  EXPECT_EQ(total, kDeviceMemory);
+  EXPECT_LE(free_b, total);
+}
+
+TEST(Driver, DevicesAndProperties) {
+  int n = 0;
+  OK(D->device_count(&n));
+  ASSERT_EQ(n, 2);  // initialize's option
+  OmtiaDeviceProperties p{};
+  p.struct_size = sizeof p;
+  OK(D->device_properties(1, &p));
+  EXPECT_GT(std::strlen(p.name), 0u);
+  EXPECT_EQ(p.total_memory, kDeviceMemory);
+  EXPECT_GT(p.processor_count, 0);
+  EXPECT_TRUE(p.flags & OMTIA_DEVICE_HOST_CALLBACKS);
+  EXPECT_EQ(D->device_properties(2, &p), OMTIA_ERROR_INVALID_DEVICE);
+  OmtiaErrorInfo e = lastError();
+  EXPECT_EQ(e.code, OMTIA_ERROR_INVALID_DEVICE);
+  EXPECT_NE(std::string(e.message), "");
+  EXPECT_EQ(D->device_count(nullptr), OMTIA_ERROR_INVALID_VALUE);
+}
+
+TEST(Driver, LastErrorIsPerThreadAndSizedByTheCaller) {
+  EXPECT_EQ(D->device_properties(-1, nullptr), OMTIA_ERROR_INVALID_VALUE);
+  std::thread([] {
+    int n;
+    EXPECT_EQ(D->device_count(&n), OMTIA_SUCCESS);
+    EXPECT_EQ(lastError().code, OMTIA_SUCCESS);  // not the other thread's
+  }).join();
+  // an older caller's smaller struct: only its fields are written
+  struct {
+    OmtiaErrorInfo head;
+    char canary[64];
+  } small;
+  std::memset(&small, 0x5a, sizeof small);
+  small.head.struct_size = offsetof(OmtiaErrorInfo, task);
+  OK(D->get_last_error(&small.head));
+  EXPECT_EQ(small.head.code, OMTIA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(reinterpret_cast<unsigned char*>(&small.head)[offsetof(OmtiaErrorInfo, task)], 0x5a);
+}
+
+TEST(Driver, DeviceMemoryAndPointerAttributes) {
+  void* p = nullptr;
+  OK(D->mem_alloc(1, 1000, &p));
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 256, 0u);
+  OmtiaPointerAttributes a{};
+  a.struct_size = sizeof a;
+  OK(D->pointer_get_attributes(static_cast<char*>(p) + 10, &a));
+  EXPECT_EQ(a.type, OMTIA_MEMORY_DEVICE);
+  EXPECT_EQ(a.device, 1);
+  EXPECT_EQ(a.base, p);
+  EXPECT_GE(a.size, 1000u);
+  int local = 0;
+  OK(D->pointer_get_attributes(&local, &a));
+  EXPECT_EQ(a.type, OMTIA_MEMORY_UNREGISTERED);
+  EXPECT_EQ(a.device, -1);
+  OK(D->mem_free(1, p));
+  OK(D->pointer_get_attributes(p, &a));
+  EXPECT_EQ(a.type, OMTIA_MEMORY_UNREGISTERED);
+  EXPECT_EQ(D->mem_free(1, &local), OMTIA_ERROR_INVALID_VALUE);
+  void* none = &local;
+  OK(D->mem_alloc(0, 0, &none));
+  EXPECT_EQ(none, nullptr);
+}
+
+TEST(Driver, OutOfMemoryIsAnErrorNotACrash) {
+  void* p = nullptr;
+  EXPECT_EQ(D->mem_alloc(0, kDeviceMemory + 1, &p), OMTIA_ERROR_OUT_OF_MEMORY);
+  OmtiaErrorInfo e = lastError();
+  EXPECT_EQ(e.device, 0);
+  EXPECT_EQ(e.requested, kDeviceMemory + 1);
+  EXPECT_EQ(e.capacity, kDeviceMemory);
+  EXPECT_NE(std::string(e.message).find("out of memory"), std::string::npos) << e.message;
+  OK(D->mem_alloc(0, 1 << 20, &p));  // still usable
+  OK(D->mem_free(0, p));
+}
+
+TEST(Driver, PinnedHostMemory) {
+  void* h = nullptr;
+  OK(D->host_alloc(4096, &h));
+  ASSERT_NE(h, nullptr);
+  static_cast<char*>(h)[4095] = 1;  // host memory: the host may touch it
+  OmtiaPointerAttributes a{};
+  a.struct_size = sizeof a;
+  OK(D->pointer_get_attributes(static_cast<char*>(h) + 100, &a));
+  EXPECT_EQ(a.type, OMTIA_MEMORY_HOST_PINNED);
+  EXPECT_EQ(a.base, h);
+  OK(D->host_free(h));
+  int local;
+  EXPECT_EQ(D->host_free(&local), OMTIA_ERROR_INVALID_VALUE);
+}
+
+TEST(Driver, CopiesRoundTrip) {
+  std::vector<int> src(1000), dst(1000, 0);
+  for (int i = 0; i < 1000; ++i) src[i] = i * 7;
+  void *a = nullptr, *b = nullptr;
+  OK(D->mem_alloc(0, 4000, &a));
+  OK(D->mem_alloc(1, 4000, &b));
+  OK(D->memcpy(a, src.data(), 4000, OMTIA_COPY_HOST_TO_DEVICE));
+  OK(D->memcpy(b, a, 4000, OMTIA_COPY_DEVICE_TO_DEVICE));  // across devices
+  OK(D->memcpy(dst.data(), b, 4000, OMTIA_COPY_DEVICE_TO_HOST));
+  EXPECT_EQ(dst, src);
+  // a range beyond the allocation, or host memory named as device memory
+  EXPECT_EQ(D->memcpy(a, src.data(), 4096 + 1, OMTIA_COPY_HOST_TO_DEVICE), OMTIA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(D->memcpy(dst.data(), src.data(), 4, OMTIA_COPY_DEVICE_TO_HOST), OMTIA_ERROR_INVALID_VALUE);
+  Stream s(0);
+  std::vector<int> back(1000, 0);
+  OK(D->memcpy_async(a, src.data(), 4000, OMTIA_COPY_HOST_TO_DEVICE, s.s));
+  OK(D->memcpy_async(back.data(), a, 4000, OMTIA_COPY_DEVICE_TO_HOST, s.s));
+  OK(D->stream_synchronize(s.s));
+  EXPECT_EQ(back, src);
+  OK(D->mem_free(0, a));
+  OK(D->mem_free(1, b));
+}
+
+TEST(Driver, StreamRunsItsWorkInOrder) {
+  Stream s(0);
+  std::vector<int> seen;
+  for (int i = 0; i < 1000; ++i) OK(launch(s.s, "append", [&seen, i]() -> const char* {
+      seen.push_back(i);
+      return nullptr;
+    }));
+  OK(D->stream_synchronize(s.s));
+  ASSERT_EQ(seen.size(), 1000u);
+  for (int i = 0; i < 1000; ++i) ASSERT_EQ(seen[i], i);
+  OK(D->stream_query(s.s));
+}
+
+TEST(Driver, HostFunctionsRunOffTheHostAndAreDestroyedOnIt) {
+  int flags = 0;
+  OmtiaDeviceProperties p{};
+  p.struct_size = sizeof p;
+  OK(D->device_properties(0, &p));
+  Stream s(0);
+  struct Probe {
+    std::thread::id ran_on, destroyed_on;
+    int on_driver_thread = -1;
+  } probe;
+  OmtiaLaunchArgs a{};
+  a.struct_size = sizeof a;
+  a.fn = [](void* u) -> const char* {
+    auto* pr = static_cast<Probe*>(u);
+    pr->ran_on = std::this_thread::get_id();
+    D->on_driver_thread(&pr->on_driver_thread);
+    return nullptr;
+  };
+  a.destroy = [](void* u) { static_cast<Probe*>(u)->destroyed_on = std::this_thread::get_id(); };
+  a.user = &probe;
+  a.name = "probe";
+  OK(D->launch_host_func(s.s, &a));
+  OK(D->stream_synchronize(s.s));
+  EXPECT_EQ(probe.destroyed_on, std::this_thread::get_id());
+  if (p.flags & OMTIA_DEVICE_ASYNC) {
+    EXPECT_NE(probe.ran_on, std::this_thread::get_id());
+    EXPECT_EQ(probe.on_driver_thread, 1);
+  }
+  OK(D->on_driver_thread(&flags));
+  EXPECT_EQ(flags, 0);
+}
+
+TEST(Driver, FailedWorkIsReportedAtTheNextSynchronizeOnce) {
+  Stream s(0, 0, 42);
+  std::atomic<int> after{0};
+  OK(launch(s.s, "bad kernel", []() -> const char* { return "index 9 is out of bounds"; }));
+  OK(launch(s.s, "later", [&after]() -> const char* {
+    after = 1;
+    return nullptr;
+  }));
+  EXPECT_EQ(D->stream_synchronize(s.s), OMTIA_ERROR_TASK_FAILED);
+  OmtiaErrorInfo e = lastError();
+  EXPECT_STREQ(e.task, "bad kernel");
+  const std::string msg = e.message;
+  EXPECT_NE(msg.find("index 9 is out of bounds"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("stream 42"), std::string::npos) << msg;  // the stream's label
+  EXPECT_EQ(after.load(), 1);  // the stream kept running
+  OK(D->stream_synchronize(s.s));  // reported once
+}
+
+TEST(Driver, StreamsWaitForEventsOfOthers) {
+  Stream a(0), b(0, -1);
+  OmtiaEvent ev = nullptr;
+  OK(D->event_create(OMTIA_EVENT_TIMING, &ev));
+  std::atomic<int> step{0};
+  int seen_by_b = -1;
+  OK(launch(a.s, "slow", [&step]() -> const char* {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    step = 1;
+    return nullptr;
+  }));
+  OK(D->event_record(ev, a.s));
+  OK(D->stream_wait_event(b.s, ev));
+  OK(launch(b.s, "after", [&]() -> const char* {
+    seen_by_b = step.load();
+    return nullptr;
+  }));
+  OK(D->stream_synchronize(b.s));
+  EXPECT_EQ(seen_by_b, 1);
+  int device = -2;
+  OK(D->event_device(ev, &device));
+  EXPECT_EQ(device, 0);
+  OK(D->event_destroy(ev));
+}
+
+TEST(Driver, EventsTimeTheWorkBetweenThem) {
+  Stream s(0);
+  OmtiaEvent t0 = nullptr, t1 = nullptr, plain = nullptr;
+  OK(D->event_create(OMTIA_EVENT_TIMING, &t0));
+  OK(D->event_create(OMTIA_EVENT_TIMING, &t1));
+  OK(D->event_create(0, &plain));
+  OK(D->event_query(t1));  // never recorded: done
+  std::atomic<bool> go{false};
+  OK(D->event_record(t0, s.s));
+  OK(launch(s.s, "gate", [&go]() -> const char* {
+    while (!go.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    return nullptr;
+  }));
+  OK(D->event_record(t1, s.s));
+  OK(D->event_record(plain, s.s));
+  EXPECT_EQ(D->event_query(t1), OMTIA_ERROR_NOT_READY);
+  EXPECT_EQ(D->stream_query(s.s), OMTIA_ERROR_NOT_READY);
+  double ms = 0;
+  EXPECT_EQ(D->event_elapsed_ms(t0, t1, &ms), OMTIA_ERROR_INVALID_VALUE);  // not reached yet
+  go = true;
+  OK(D->event_synchronize(t1));
+  OK(D->event_elapsed_ms(t0, t1, &ms));
+  EXPECT_GE(ms, 19.0);
+  OK(D->event_synchronize(plain));
+  EXPECT_EQ(D->event_elapsed_ms(t0, plain, &ms), OMTIA_ERROR_INVALID_VALUE);  // no timing
+  // an event belongs to the device it was first recorded on
+  Stream other(1);
+  EXPECT_EQ(D->event_record(t0, other.s), OMTIA_ERROR_INVALID_VALUE);
+  for (OmtiaEvent e : {t0, t1, plain}) OK(D->event_destroy(e));
+}
+
+TEST(Driver, GraphsRecordAndReplay) {
+  OmtiaDeviceProperties p{};
+  p.struct_size = sizeof p;
+  OK(D->device_properties(0, &p));
+  if (!(p.flags & OMTIA_DEVICE_GRAPHS)) {
+    OmtiaGraph g = nullptr;
+    EXPECT_EQ(D->graph_create(&g), OMTIA_ERROR_NOT_SUPPORTED);
+    return;
+  }
+  Stream s(0);
+  OmtiaGraph g = nullptr;
+  OK(D->graph_create(&g));
+  static std::atomic<int> destroyed{0};
+  destroyed = 0;
+  int count = 0;
+  OK(D->stream_begin_capture(s.s, g));
+  int capturing = 0;
+  OK(D->stream_is_capturing(s.s, &capturing));
+  EXPECT_EQ(capturing, 1);
+  for (const char* name : {"one", "two", "three"}) {
+    OmtiaLaunchArgs a{};
+    a.struct_size = sizeof a;
+    a.fn = [](void* u) -> const char* {
+      ++*static_cast<int*>(u);
+      return nullptr;
+    };
+    a.user = &count;
+    a.destroy = [](void*) { ++destroyed; };
+    a.name = name;
+    OK(D->launch_host_func(s.s, &a));
+  }
+  EXPECT_EQ(D->stream_synchronize(s.s), OMTIA_ERROR_CAPTURING);
+  OK(D->stream_end_capture(s.s));
+  EXPECT_EQ(count, 0);  // recorded, not run
+  size_t n = 0;
+  OK(D->graph_task_count(g, &n));
+  EXPECT_EQ(n, 3u);
+  const char* name = nullptr;
+  OK(D->graph_task_name(g, 1, &name));
+  EXPECT_STREQ(name, "two");
+  OK(D->graph_launch(g, s.s));
+  OK(D->graph_launch(g, s.s));
+  OK(D->stream_synchronize(s.s));
+  EXPECT_EQ(count, 6);
+  EXPECT_EQ(destroyed.load(), 0);  // the graph still holds its work
+  OK(D->graph_destroy(g));
+  EXPECT_EQ(destroyed.load(), 3);  // once each
+}
+
+TEST(Driver, AFullLaunchQueueWaitsThroughTheWaitHook) {
+  static std::atomic<int> waits{0};
+  waits = 0;
+  OK(D->set_wait_hook([](void (*wait)(void*), void* arg) {
+    ++waits;
+    wait(arg);
+  }));
+  Stream s(0);
+  std::atomic<int> ran{0};
+  for (int i = 0; i < 4 * kQueueDepth; ++i) OK(launch(s.s, "slow", [&ran]() -> const char* {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      ++ran;
+      return nullptr;
+    }));
+  OK(D->stream_synchronize(s.s));
+  OK(D->set_wait_hook(nullptr));
+  EXPECT_EQ(ran.load(), 4 * kQueueDepth);
+  EXPECT_GT(waits.load(), 0);
+}
+
+TEST(Driver, ActivityRecordsNameTheWork) {
+  struct Seen {
+    std::mutex mu;
+    std::vector<std::string> names;
+    std::vector<int64_t> labels;
+    std::vector<uint64_t> correlations;
+    bool ordered = true;
+  } seen;
+  static std::atomic<uint64_t> next{100};
+  OK(D->set_activity_callback([]() -> uint64_t { return next++; },
+                              [](const OmtiaActivityRecord* r, void* u) {
+                                auto* s = static_cast<Seen*>(u);
+                                std::lock_guard<std::mutex> lk(s->mu);
+                                s->names.push_back(r->name);
+                                s->labels.push_back(r->stream_label);
+                                s->correlations.push_back(r->correlation);
+                                s->ordered = s->ordered && r->start_ns <= r->end_ns && r->start_ns > 0;
+                              },
+                              &seen));
+  Stream s(0, 0, 9);
+  OK(launch(s.s, "first", []() -> const char* { return nullptr; }));
+  OK(launch(s.s, "second", []() -> const char* { return nullptr; }));
+  OK(D->stream_synchronize(s.s));
+  OK(D->set_activity_callback(nullptr, nullptr, nullptr));
+  OK(launch(s.s, "untraced", []() -> const char* { return nullptr; }));
+  OK(D->stream_synchronize(s.s));
+  std::lock_guard<std::mutex> lk(seen.mu);
+  ASSERT_EQ(seen.names, (std::vector<std::string>{"first", "second"}));
+  EXPECT_EQ(seen.labels, (std::vector<int64_t>{9, 9}));
+  EXPECT_EQ(seen.correlations, (std::vector<uint64_t>{100, 101}));
+  EXPECT_TRUE(seen.ordered);
+}
+
+TEST(Driver, DestroyingAStreamRunsItsWorkFirst) {
+  std::atomic<int> ran{0};
+  {
+    Stream s(1);
+    for (int i = 0; i < 20; ++i) OK(launch(s.s, "work", [&ran]() -> const char* {
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+        ++ran;
+        return nullptr;
+      }));
+  }  // stream_destroy
+  EXPECT_EQ(ran.load(), 20);
+  OmtiaStreamCreateArgs bad{};
+  bad.struct_size = sizeof bad;
+  bad.device = 5;
+  OmtiaStream s = nullptr;
+  EXPECT_EQ(D->stream_create(&bad, &s), OMTIA_ERROR_INVALID_DEVICE);
+  int least = 1, greatest = 1;
+  OK(D->stream_priority_range(&least, &greatest));
+  EXPECT_EQ(least, 0);
+  EXPECT_LE(greatest, 0);
+}
+
+TEST(Driver, BadArgumentsAreErrorsNotCrashes) {
+  Stream s(0);
+  OmtiaLaunchArgs a{};
+  a.struct_size = 4;  // no room for its fields
+  a.fn = [](void*) -> const char* { return nullptr; };
+  EXPECT_EQ(D->launch_host_func(s.s, &a), OMTIA_ERROR_INVALID_VALUE);
+  EXPECT_NE(std::string(lastError().message).find("struct_size"), std::string::npos) << lastError().message;
+  a.struct_size = sizeof a;
+  a.fn = nullptr;
+  EXPECT_EQ(D->launch_host_func(s.s, &a), OMTIA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(D->launch_host_func(nullptr, &a), OMTIA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(D->stream_synchronize(nullptr), OMTIA_ERROR_INVALID_VALUE);
+  OmtiaEvent e = nullptr;
+  EXPECT_EQ(D->event_create(1u << 7, &e), OMTIA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(D->event_create(0, nullptr), OMTIA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(D->memcpy(nullptr, nullptr, 8, static_cast<OmtiaCopyKind>(9)), OMTIA_ERROR_INVALID_VALUE);
+  const char* name = nullptr;
+  EXPECT_EQ(D->graph_task_name(nullptr, 0, &name), OMTIA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(D->stream_query(nullptr), OMTIA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(D->stream_end_capture(nullptr), OMTIA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(D->stream_end_capture(s.s), OMTIA_ERROR_INVALID_VALUE);  // not capturing
+  OK(D->stream_synchronize(s.s));  // the stream is fine
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  testing::InitGoogleTest(&argc, argv);
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: %s path/to/driver.so [gtest flags]\n", argv[0]);
+    return 2;
+  }
+  g_path = argv[1];
+  void* lib = dlopen(g_path, RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    std::fprintf(stderr, "%s\n", dlerror());
+    return 2;
+  }
+  auto get = reinterpret_cast<OmtiaDriverGetFn>(dlsym(lib, OMTIA_DRIVER_ENTRY_POINT));
+  D = get ? get(OMTIA_DRIVER_ABI_MAJOR) : nullptr;
+  if (!D) {
+    std::fprintf(stderr, "%s: no driver of ABI major %d\n", g_path, OMTIA_DRIVER_ABI_MAJOR);
+    return 2;
+  }
+  const OmtiaOption options[] = {{"device_count", 2}, {"device_memory", int64_t(kDeviceMemory)},
+                                 {"launch_queue_depth", kQueueDepth}, {"an_option_of_another_driver", 1}};
+  OmtiaInitArgs args{};
+  args.struct_size = sizeof args;
+  args.options = options;
+  args.num_options = 4;
+  if (D->initialize(&args) != OMTIA_SUCCESS) {
+    OmtiaErrorInfo e{};
+    e.struct_size = sizeof e;
+    D->get_last_error(&e);
+    std::fprintf(stderr, "initialize: %s\n", e.message);
+    return 2;
+  }
+  return RUN_ALL_TESTS();
+}

@@ -513,6 +513,7 @@ class Runtime {
     if (c.device_count >= 0) n = c.device_count;
     if (c.device_memory > 0) cap = c.device_memory;
     if (c.launch_queue_depth > 0) queue_depth = c.launch_queue_depth;
+    if (c.launch_blocking >= 0) launch_blocking = c.launch_blocking == 1;
     for (int i = 0; i < n; ++i) {
       devices_.push_back(std::make_unique<Device>());
       devices_.back()->index = i;

@@ -152,6 +152,7 @@ OmtiaStatus getLastError(OmtiaErrorInfo* info) {
 OmtiaStatus initialize(const OmtiaInitArgs* args) {
   return call([&] {
     omr::RuntimeConfig c;
+    c.launch_blocking = 0;  // (the framework's policy: it synchronizes after each launch itself)
     if (args && OMTIA_HAS_FIELD(args, OmtiaInitArgs, num_options)) {
       for (size_t i = 0; i < args->num_options; ++i) {
         const OmtiaOption& o = args->options[i];
@@ -269,9 +270,14 @@ OmtiaStatus launchHostFunc(OmtiaStream stream, const OmtiaLaunchArgs* args) {
     OMTIA_NEED_FIELDS(args, OmtiaLaunchArgs, name);
     need(args->fn, "args->fn");
     auto work = std::make_shared<HostWork>(args->fn, args->user, args->destroy);
-    omr::launch(stream->device, stream->id, args->name ? args->name : "", [work] {
-      if (const char* err = work->fn(work->user)) throw std::runtime_error(err);
-    });
+    try {
+      omr::launch(stream->device, stream->id, args->name ? args->name : "", [work] {
+        if (const char* err = work->fn(work->user)) throw std::runtime_error(err);
+      });
+    } catch (...) {
+      work->destroy = nullptr;  // not launched: the caller still owns user
+      throw;
+    }
   });
 }
 

@@ -258,7 +258,9 @@ typedef struct OmtiaDriver {
   /* after its work ran; the handle is invalid once it returns */
   OmtiaStatus (*stream_destroy)(OmtiaStream stream);
   OmtiaStatus (*stream_priority_range)(int* least, int* greatest);
-  /* returns at once, or once the stream's launch queue has room */
+  /* returns at once, or once the stream's launch queue has room. A launch
+   * that returns an error enqueued nothing and never calls destroy (the
+   * caller still owns user). */
   OmtiaStatus (*launch_host_func)(OmtiaStream stream, const OmtiaLaunchArgs* args);
   /* OMTIA_SUCCESS when everything launched ran, else OMTIA_ERROR_NOT_READY */
   OmtiaStatus (*stream_query)(OmtiaStream stream);

@@ -77,6 +77,7 @@ struct RuntimeConfig {
   int device_count = -1;
   size_t device_memory = 0;
   size_t launch_queue_depth = 0;
+  int launch_blocking = -1;  // 0 / 1: OPENMTIA_LAUNCH_BLOCKING's
 };
 void configure(const RuntimeConfig& config);
 

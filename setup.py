@@ -19,7 +19,29 @@ class CMakeExtension(Extension):
         super().__init__(name, sources=[])
 
 
+# The device drivers _C loads (OPENMTIA_DRIVER), shipped beside it.
+DRIVERS = ["libopenmtia_driver_emulated.so", "libopenmtia_driver_reference.so"]
+
+
 class CMakeBuild(build_ext):
+    def _driver_pairs(self):
+        """(built, in-place) paths of the drivers: beside _C in both places."""
+        built = Path(self.build_lib) / "openmtia"
+        return [(str(built / d), str(ROOT / "openmtia" / d)) for d in DRIVERS]
+
+    def get_outputs(self):
+        return super().get_outputs() + [b for b, _ in self._driver_pairs() if not self.inplace]
+
+    def _get_output_mapping(self):
+        yield from super()._get_output_mapping()
+        if self.inplace:
+            yield from self._driver_pairs()
+
+    def copy_extensions_to_source(self):
+        super().copy_extensions_to_source()
+        for built, inplace in self._driver_pairs():
+            self.copy_file(built, inplace, level=self.verbose)
+
     def build_extension(self, ext):
         import torch.utils
 
@@ -39,6 +61,8 @@ class CMakeBuild(build_ext):
         built = next(build_dir.glob("_C.*.so"))
         out.parent.mkdir(parents=True, exist_ok=True)
         self.copy_file(str(built), str(out))
+        for driver in DRIVERS:
+            self.copy_file(str(build_dir / "runtime" / driver), str(out.parent / driver))
 
 
 setup(

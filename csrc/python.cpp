@@ -112,9 +112,15 @@ TORCH_LIBRARY_IMPL(openmtia_test, CPU, m) {
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "openmtia: an open MTIA backend for PyTorch";
-  // A launch into a full queue waits without holding the GIL.
-  omr::setWaitHook([](void (*wait)(void*), void* arg) { openmtia::withoutGil([&] { wait(arg); }); });
-  omr::setIdleHook(openmtia::endThreadTeam);  // (threads.cpp)
+  // The driver (OPENMTIA_DRIVER): without one, mtia is unavailable (no
+  // devices) and openmtia/__init__.py warns why; importing still works.
+  m.def("_driver_name", &omr::driverName);
+  m.def("_driver_error", &omr::driverError);
+  if (omr::driverError().empty()) {
+    // A launch into a full queue waits without holding the GIL.
+    omr::setWaitHook([](void (*wait)(void*), void* arg) { openmtia::withoutGil([&] { wait(arg); }); });
+    omr::setIdleHook(openmtia::endThreadTeam);  // (threads.cpp)
+  }
   m.def("_default_generators", [] {
     py::tuple out(openmtia::deviceCount());
     for (c10::DeviceIndex i = 0; i < openmtia::deviceCount(); ++i)

@@ -23,6 +23,12 @@ import torch  # noqa: E402
 
 from . import _C  # noqa: E402  registers hooks, guard, allocator, kernels and fallback
 
+if _C._driver_error():
+    # no driver (OPENMTIA_DRIVER): mtia is unavailable, not a crash
+    import warnings  # noqa: E402
+
+    warnings.warn(f"openmtia: mtia is unavailable: {_C._driver_error()}", RuntimeWarning, stacklevel=2)
+
 # torch.mtia reads its per-device default generators from this tuple.
 torch.mtia.default_generators = _C._default_generators()
 

@@ -57,6 +57,9 @@ OmtiaStatus statusOf(omr::ErrorCode code) {
     case omr::ErrorCode::kTaskFailed: return OMTIA_ERROR_TASK_FAILED;
     case omr::ErrorCode::kCapturing: return OMTIA_ERROR_CAPTURING;
     case omr::ErrorCode::kForked: return OMTIA_ERROR_FORKED;
+    case omr::ErrorCode::kNotSupported: return OMTIA_ERROR_NOT_SUPPORTED;
+    case omr::ErrorCode::kUnavailable:
+    case omr::ErrorCode::kInternal: return OMTIA_ERROR_INTERNAL;
   }
   return OMTIA_ERROR_INTERNAL;
 }

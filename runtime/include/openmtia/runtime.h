@@ -23,6 +23,9 @@ enum class ErrorCode {
   kTaskFailed,     // an asynchronous task failed; reported at a sync point
   kCapturing,      // not permitted while the stream is being captured into a graph
   kForked,         // the device was used by the parent of this forked process
+  kUnavailable,    // no driver: it failed to load (the message says why)
+  kNotSupported,   // the driver lacks the capability
+  kInternal,       // anything else the driver reports
 };
 
 class Error : public std::runtime_error {
@@ -70,9 +73,11 @@ constexpr int kMaxDevices = 64;  // OPENMTIA_DEVICE_COUNT may not exceed it
 // properties stay readable.
 bool inBadFork() noexcept;
 
-// Settings that override the environment's (OPENMTIA_DEVICE_COUNT,
-// OPENMTIA_DEVICE_MEMORY, OPENMTIA_LAUNCH_QUEUE_DEPTH); -1 / 0: the
-// environment's. Only before the runtime's first use (else kInvalidValue).
+// The runtime's settings; -1 / 0: the default (2 devices of 8 GiB, queues of
+// 1024 tasks, no launch blocking). The framework's client reads them from
+// OPENMTIA_DEVICE_COUNT, OPENMTIA_DEVICE_MEMORY, OPENMTIA_LAUNCH_QUEUE_DEPTH
+// and OPENMTIA_LAUNCH_BLOCKING; the engine reads no environment. Only before
+// the runtime's first use (else kInvalidValue).
 struct RuntimeConfig {
   int device_count = -1;
   size_t device_memory = 0;
@@ -81,7 +86,13 @@ struct RuntimeConfig {
 };
 void configure(const RuntimeConfig& config);
 
-// Number of devices: OPENMTIA_DEVICE_COUNT (default 2). Never throws.
+// The loaded driver's name ("emulated", "reference", ...), or why none
+// could be loaded ("" if one was). Only where the runtime is a driver's
+// client (openmtia._C), not in the engine itself.
+std::string driverName();
+std::string driverError();
+
+// Number of devices (RuntimeConfig; default 2). Never throws.
 int deviceCount() noexcept;
 void checkDevice(int device);  // throws Error(kInvalidDevice)
 DeviceProperties deviceProperties(int device);

@@ -1,0 +1,551 @@
+// The framework's side of the driver ABI: openmtia/runtime.h's C++ API over
+// a driver's C table (openmtia/driver.h). openmtia._C links this, not the
+// emulator: every device call goes through the table of the driver loaded
+// here. What is policy lives here, above any driver:
+// - which driver: OPENMTIA_DRIVER = emulated (default), reference, or a path
+//   to a driver library; the built-in ones lie beside the library holding
+//   this code (openmtia/libopenmtia_driver_<name>.so);
+// - the configuration: OPENMTIA_DEVICE_COUNT, OPENMTIA_DEVICE_MEMORY,
+//   OPENMTIA_LAUNCH_QUEUE_DEPTH, passed to the driver as options, and
+//   OPENMTIA_LAUNCH_BLOCKING, applied here;
+// - the streams: per device, the default stream and two pools (normal and
+//   high priority) of kPoolSize streams each, made on first use;
+// - C++ errors: a status becomes the omr::Error of its code (OutOfMemoryError,
+//   TaskError with the task's name).
+// A driver that fails to load (no library, no entry point, another ABI
+// major version, a failing initialize) leaves no devices: deviceCount() is
+// 0, driverError() says why, and every device call raises kUnavailable.
+#include <cxxabi.h>
+#include <dlfcn.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "openmtia/driver.h"
+#include "openmtia/runtime.h"
+
+namespace omr {
+
+struct Event {
+  OmtiaEvent handle;
+};
+
+struct Graph {
+  OmtiaGraph handle;
+};
+
+namespace {
+
+constexpr int kStreamsPerDevice = 1 + 2 * kPoolSize;
+constexpr size_t kDefaultQueueDepth = 1024;
+
+struct Driver {
+  const OmtiaDriver* table = nullptr;
+  std::string error;  // why there is none
+  int count = 0;
+  bool launch_blocking = false;
+  size_t queue_depth = kDefaultQueueDepth;
+  RuntimeConfig config;  // configure()'s, before the load
+  bool loaded = false;
+};
+
+Driver& driver() {
+  static Driver* d = new Driver();  // never destroyed: work may outlive main()
+  return *d;
+}
+std::mutex g_load_mu;
+
+std::string libraryDir() {
+  Dl_info info;
+  if (!dladdr(reinterpret_cast<void*>(&libraryDir), &info) || !info.dli_fname) return ".";
+  std::string path = info.dli_fname;
+  size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "." : path.substr(0, slash);
+}
+
+bool parseCount(const char* name, long lo, long hi, long* out) {
+  const char* s = std::getenv(name);
+  if (!s) return false;
+  char* end = nullptr;
+  long v = std::strtol(s, &end, 10);
+  if (end != s && *end == '\0' && v >= lo && v <= hi) {
+    *out = v;
+    return true;
+  }
+  std::fprintf(stderr, "openmtia: ignoring invalid %s='%s'\n", name, s);
+  return false;
+}
+
+std::string lastMessage(const OmtiaDriver* t) {
+  OmtiaErrorInfo e{};
+  e.struct_size = sizeof e;
+  if (t->get_last_error(&e) != OMTIA_SUCCESS || !e.message) return "unknown driver error";
+  return e.message;
+}
+
+// Loads and initializes the driver once (g_load_mu held).
+void load(Driver& d) {
+  d.loaded = true;
+  const char* which = std::getenv("OPENMTIA_DRIVER");
+  std::string name = which && *which ? which : "emulated";
+  std::string path = name.find('/') != std::string::npos ? name : libraryDir() + "/libopenmtia_driver_" + name + ".so";
+  void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!lib) {
+    d.error = "cannot load the mtia driver '" + name + "' (OPENMTIA_DRIVER): " + dlerror();
+    return;
+  }
+  auto get = reinterpret_cast<OmtiaDriverGetFn>(dlsym(lib, OMTIA_DRIVER_ENTRY_POINT));
+  if (!get) {
+    d.error = "the mtia driver " + path + " has no entry point " OMTIA_DRIVER_ENTRY_POINT;
+    return;
+  }
+  const OmtiaDriver* t = get(OMTIA_DRIVER_ABI_MAJOR);
+  if (!t || t->abi_major != OMTIA_DRIVER_ABI_MAJOR || !OMTIA_HAS_FIELD(t, OmtiaDriver, set_activity_callback)) {
+    d.error = "the mtia driver " + path + " does not implement driver ABI " + std::to_string(OMTIA_DRIVER_ABI_MAJOR) +
+              "." + std::to_string(OMTIA_DRIVER_ABI_MINOR) +
+              (t ? " (it has " + std::to_string(t->abi_major) + "." + std::to_string(t->abi_minor) + ")" : "");
+    return;
+  }
+  // the configuration, as options
+  std::vector<OmtiaOption> options;
+  long v;
+  if (d.config.device_count >= 0) options.push_back({"device_count", d.config.device_count});
+  else if (parseCount("OPENMTIA_DEVICE_COUNT", 0, kMaxDevices, &v)) options.push_back({"device_count", v});
+  size_t memory = d.config.device_memory;
+  if (!memory) {
+    if (const char* s = std::getenv("OPENMTIA_DEVICE_MEMORY")) {
+      try {
+        memory = parseByteSize(s);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "openmtia: ignoring OPENMTIA_DEVICE_MEMORY: %s\n", e.what());
+      }
+    }
+  }
+  if (memory) options.push_back({"device_memory", static_cast<int64_t>(memory)});
+  if (d.config.launch_queue_depth) d.queue_depth = d.config.launch_queue_depth;
+  else if (parseCount("OPENMTIA_LAUNCH_QUEUE_DEPTH", 1, 1L << 30, &v)) d.queue_depth = static_cast<size_t>(v);
+  options.push_back({"launch_queue_depth", static_cast<int64_t>(d.queue_depth)});
+  if (d.config.launch_blocking >= 0) d.launch_blocking = d.config.launch_blocking == 1;
+  else if (const char* s = std::getenv("OPENMTIA_LAUNCH_BLOCKING")) d.launch_blocking = std::string(s) == "1";
+  OmtiaInitArgs args{sizeof(OmtiaInitArgs), options.data(), options.size()};
+  int count = 0;
+  if (t->initialize(&args) != OMTIA_SUCCESS || t->device_count(&count) != OMTIA_SUCCESS) {
+    d.error = "the mtia driver " + path + " failed to start: " + lastMessage(t);
+    return;
+  }
+  d.count = count;
+  d.table = t;
+}
+
+Driver& loadedDriver() {
+  Driver& d = driver();
+  if (!d.loaded) {
+    std::lock_guard<std::mutex> lk(g_load_mu);
+    if (!d.loaded) load(d);
+  }
+  return d;
+}
+
+// The driver's table, or kUnavailable.
+const OmtiaDriver& T() {
+  Driver& d = loadedDriver();
+  if (!d.table) throw Error(ErrorCode::kUnavailable, "openmtia: " + d.error);
+  return *d.table;
+}
+
+ErrorCode codeOf(OmtiaStatus s) {
+  switch (s) {
+    case OMTIA_ERROR_OUT_OF_MEMORY: return ErrorCode::kOutOfMemory;
+    case OMTIA_ERROR_INVALID_DEVICE: return ErrorCode::kInvalidDevice;
+    case OMTIA_ERROR_INVALID_VALUE: return ErrorCode::kInvalidValue;
+    case OMTIA_ERROR_TASK_FAILED: return ErrorCode::kTaskFailed;
+    case OMTIA_ERROR_CAPTURING: return ErrorCode::kCapturing;
+    case OMTIA_ERROR_FORKED: return ErrorCode::kForked;
+    case OMTIA_ERROR_NOT_SUPPORTED: return ErrorCode::kNotSupported;
+    default: return ErrorCode::kInternal;
+  }
+}
+
+// Throws the omr error of a failed call.
+[[noreturn]] void raise(OmtiaStatus s) {
+  OmtiaErrorInfo e{};
+  e.struct_size = sizeof e;
+  T().get_last_error(&e);
+  std::string msg = e.message ? e.message : "";
+  if (s == OMTIA_ERROR_OUT_OF_MEMORY) throw OutOfMemoryError(e.device, e.requested, e.used, e.capacity, msg);
+  if (s == OMTIA_ERROR_TASK_FAILED) throw TaskError(e.task ? e.task : "", msg);
+  throw Error(codeOf(s), msg);
+}
+
+inline void check(OmtiaStatus s) {
+  if (s != OMTIA_SUCCESS) raise(s);
+}
+
+// ------------------------------------------------------------ streams: the pools
+
+struct DeviceStreams {
+  std::mutex mu;  // making a stream
+  std::atomic<OmtiaStream> streams[kStreamsPerDevice] = {};
+  std::atomic<unsigned> next_pool[2] = {0, 0};
+};
+
+DeviceStreams& streamsOf(int device) {
+  static DeviceStreams* all = new DeviceStreams[kMaxDevices];
+  return all[device];
+}
+
+// The driver's stream for a pool id, made on first use.
+OmtiaStream handle(int device, StreamId id) {
+  checkStream(device, id);
+  DeviceStreams& ds = streamsOf(device);
+  if (OmtiaStream s = ds.streams[id].load(std::memory_order_acquire)) return s;
+  std::lock_guard<std::mutex> lk(ds.mu);
+  OmtiaStream s = ds.streams[id].load();
+  if (!s) {
+    OmtiaStreamCreateArgs a{};
+    a.struct_size = sizeof a;
+    a.device = device;
+    a.priority = streamPriority(id);
+    a.label = id;
+    check(T().stream_create(&a, &s));
+    ds.streams[id].store(s, std::memory_order_release);
+  }
+  return s;
+}
+
+// A launched std::function: run by the driver, destroyed by it on a host thread.
+struct Work {
+  Task fn;
+  static const char* run(void* user) {
+    thread_local std::string message;
+    try {
+      static_cast<Work*>(user)->fn();
+      return nullptr;
+    } catch (abi::__forced_unwind&) {
+      throw;  // the thread is being ended (pthread_exit): let it through
+    } catch (const std::exception& e) {
+      message = e.what();
+    } catch (...) {
+      message = "unknown exception";
+    }
+    return message.c_str();
+  }
+  static void destroy(void* user) { delete static_cast<Work*>(user); }
+};
+
+OmtiaLaunchArgs launchArgs(Work* w, const std::string& name) {
+  OmtiaLaunchArgs a{};
+  a.struct_size = sizeof a;
+  a.fn = &Work::run;
+  a.user = w;
+  a.destroy = &Work::destroy;
+  a.name = name.c_str();
+  return a;
+}
+
+// Tracing: the driver's activity records as TaskRecords.
+std::atomic<TraceSink> g_sink{nullptr};
+void activity(const OmtiaActivityRecord* r, void*) {
+  TraceSink sink = g_sink.load();
+  if (!sink) return;
+  std::string name = r->name ? r->name : "";
+  sink(TaskRecord{r->device, static_cast<StreamId>(r->stream_label), &name, r->correlation, r->start_ns, r->end_ns});
+}
+
+}  // namespace
+
+std::string driverError() {
+  Driver& d = loadedDriver();
+  return d.table ? "" : d.error;
+}
+
+std::string driverName() {
+  Driver& d = loadedDriver();
+  return d.table ? d.table->name : "";
+}
+
+// ------------------------------------------------------------ devices
+
+bool inBadFork() noexcept {
+  Driver& d = driver();
+  if (!d.table) return false;
+  int forked = 0;
+  return d.table->in_bad_fork(&forked) == OMTIA_SUCCESS && forked;
+}
+
+int deviceCount() noexcept {
+  try {
+    return loadedDriver().count;
+  } catch (...) {
+    return 0;
+  }
+}
+
+void configure(const RuntimeConfig& config) {
+  std::lock_guard<std::mutex> lk(g_load_mu);
+  Driver& d = driver();
+  if (d.loaded) throw Error(ErrorCode::kInvalidValue, "the runtime is configured before its first use, and once");
+  d.config = config;
+}
+
+void checkDevice(int device) {
+  const OmtiaDriver& t = T();
+  (void)t;
+  int n = deviceCount();
+  if (device < 0 || device >= n)
+    throw Error(ErrorCode::kInvalidDevice, "invalid mtia device index " + std::to_string(device) +
+                                               " (device count is " + std::to_string(n) + ")");
+}
+
+DeviceProperties deviceProperties(int device) {
+  OmtiaDeviceProperties p{};
+  p.struct_size = sizeof p;
+  check(T().device_properties(device, &p));
+  DeviceProperties out;
+  out.name = p.name;
+  out.total_memory = p.total_memory;
+  out.major = p.major;
+  out.minor = p.minor;
+  out.processor_count = p.processor_count;
+  out.host_addressable = (p.flags & OMTIA_DEVICE_HOST_ADDRESSABLE) != 0;
+  return out;
+}
+
+void memGetInfo(int device, size_t* free_bytes, size_t* total_bytes) {
+  size_t f = 0, t = 0;
+  check(T().mem_get_info(device, &f, &t));
+  if (free_bytes) *free_bytes = f;
+  if (total_bytes) *total_bytes = t;
+}
+
+// ------------------------------------------------------------ memory
+
+void* deviceMalloc(int device, size_t bytes) {
+  void* p = nullptr;
+  check(T().mem_alloc(device, bytes, &p));
+  return p;
+}
+
+void deviceFree(int device, void* ptr) { check(T().mem_free(device, ptr)); }
+
+Allocation pointerAllocation(const void* ptr) {
+  Driver& d = loadedDriver();
+  if (!d.table || !ptr) return {};
+  OmtiaPointerAttributes a{};
+  a.struct_size = sizeof a;
+  check(d.table->pointer_get_attributes(ptr, &a));
+  if (a.type == OMTIA_MEMORY_UNREGISTERED) return {};
+  return {a.type == OMTIA_MEMORY_DEVICE ? a.device : -1, a.base, a.size};
+}
+
+int pointerDevice(const void* ptr) { return pointerAllocation(ptr).device; }
+
+void* hostMallocPinned(size_t bytes) {
+  void* p = nullptr;
+  check(T().host_alloc(bytes, &p));
+  return p;
+}
+
+void hostFreePinned(void* ptr) { check(T().host_free(ptr)); }
+
+bool isPinned(const void* ptr) {
+  Allocation a = pointerAllocation(ptr);
+  return a.base && a.device < 0;
+}
+
+// ------------------------------------------------------------ streams
+
+int streamPriority(StreamId stream) { return stream > kPoolSize ? -1 : 0; }
+
+void checkStream(int device, StreamId stream) {
+  checkDevice(device);
+  if (stream < 0 || stream >= kStreamsPerDevice)
+    throw Error(ErrorCode::kInvalidValue, "invalid mtia stream id " + std::to_string(stream));
+}
+
+StreamId streamFromPool(int device, int priority) {
+  checkDevice(device);
+  int high = priority < 0 ? 1 : 0;
+  unsigned k = streamsOf(device).next_pool[high].fetch_add(1) % kPoolSize;
+  return 1 + high * kPoolSize + static_cast<int>(k);
+}
+
+StreamId streamCreate(int, int64_t) {
+  throw Error(ErrorCode::kNotSupported, "streams beyond the pools are the driver's (stream_create)");
+}
+
+void streamDestroy(int, StreamId) {
+  throw Error(ErrorCode::kNotSupported, "streams beyond the pools are the driver's (stream_destroy)");
+}
+
+size_t launchQueueDepth() { return loadedDriver().queue_depth; }
+
+void setWaitHook(WaitHook hook) { check(T().set_wait_hook(hook)); }
+
+void setIdleHook(IdleHook hook) { check(T().set_idle_hook(hook)); }
+
+void launch(int device, StreamId stream, std::string name, Task task) {
+  OmtiaStream s = handle(device, stream);
+  auto* w = new Work{std::move(task)};
+  OmtiaLaunchArgs a = launchArgs(w, name);
+  OmtiaStatus st = T().launch_host_func(s, &a);
+  if (st != OMTIA_SUCCESS) {
+    delete w;  // not launched: still ours
+    raise(st);
+  }
+  if (loadedDriver().launch_blocking) {
+    int capturing = 0;
+    check(T().stream_is_capturing(s, &capturing));
+    if (!capturing) check(T().stream_synchronize(s));  // raise at the failing task
+  }
+}
+
+bool launchBlocking() { return loadedDriver().launch_blocking; }
+
+bool onStreamWorker() noexcept {
+  Driver& d = driver();
+  int yes = 0;
+  return d.table && d.table->on_driver_thread(&yes) == OMTIA_SUCCESS && yes;
+}
+
+bool streamQuery(int device, StreamId stream) {
+  OmtiaStatus s = T().stream_query(handle(device, stream));
+  if (s == OMTIA_ERROR_NOT_READY) return false;
+  check(s);
+  return true;
+}
+
+void streamSynchronize(int device, StreamId stream) { check(T().stream_synchronize(handle(device, stream))); }
+
+void deviceSynchronize(int device) { check(T().device_synchronize(device)); }
+
+void deviceWaitIdle(int device) { check(T().device_wait_idle(device)); }
+
+void stopWorkers() {
+  Driver& d = driver();
+  if (d.table) d.table->shutdown();
+}
+
+void setTracing(TagHook tag, TraceSink sink) {
+  g_sink.store(sink);
+  check(T().set_activity_callback(sink ? tag : nullptr, sink ? &activity : nullptr, nullptr));
+}
+
+// ------------------------------------------------------------ graphs
+
+Graph* graphCreate() {
+  OmtiaGraph g = nullptr;
+  check(T().graph_create(&g));
+  return new Graph{g};
+}
+
+void graphDestroy(Graph* graph) {
+  check(T().graph_destroy(graph->handle));
+  delete graph;
+}
+
+void streamBeginCapture(int device, StreamId stream, Graph* graph) {
+  check(T().stream_begin_capture(handle(device, stream), graph->handle));
+}
+
+void streamEndCapture(int device, StreamId stream) { check(T().stream_end_capture(handle(device, stream))); }
+
+bool streamIsCapturing(int device, StreamId stream) {
+  int capturing = 0;
+  check(T().stream_is_capturing(handle(device, stream), &capturing));
+  return capturing != 0;
+}
+
+size_t graphTaskCount(const Graph* graph) {
+  size_t n = 0;
+  check(T().graph_task_count(graph->handle, &n));
+  return n;
+}
+
+std::vector<std::string> graphTaskNames(const Graph* graph) {
+  std::vector<std::string> names;
+  for (size_t i = 0, n = graphTaskCount(graph); i < n; ++i) {
+    const char* name = nullptr;
+    check(T().graph_task_name(graph->handle, i, &name));
+    names.emplace_back(name ? name : "");
+  }
+  return names;
+}
+
+void graphLaunch(Graph* graph, int device, StreamId stream) {
+  check(T().graph_launch(graph->handle, handle(device, stream)));
+}
+
+void graphClear(Graph* graph) { check(T().graph_clear(graph->handle)); }
+
+// ------------------------------------------------------------ events
+
+Event* eventCreate(bool enable_timing) {
+  OmtiaEvent e = nullptr;
+  check(T().event_create(enable_timing ? OMTIA_EVENT_TIMING : 0u, &e));
+  return new Event{e};
+}
+
+void eventDestroy(Event* event) {
+  if (!event) return;
+  check(T().event_destroy(event->handle));
+  delete event;
+}
+
+void eventRecord(Event* event, int device, StreamId stream) {
+  check(T().event_record(event->handle, handle(device, stream)));
+}
+
+void streamWaitEvent(int device, StreamId stream, Event* event) {
+  check(T().stream_wait_event(handle(device, stream), event->handle));
+}
+
+bool eventQuery(Event* event) {
+  OmtiaStatus s = T().event_query(event->handle);
+  if (s == OMTIA_ERROR_NOT_READY) return false;
+  check(s);
+  return true;
+}
+
+void eventSynchronize(Event* event) { check(T().event_synchronize(event->handle)); }
+
+double eventElapsedMs(Event* start, Event* end) {
+  double ms = 0;
+  check(T().event_elapsed_ms(start->handle, end->handle, &ms));
+  return ms;
+}
+
+int eventDevice(Event* event) {
+  int device = -1;
+  check(T().event_device(event->handle, &device));
+  return device;
+}
+
+// ------------------------------------------------------------ copies
+
+namespace {
+OmtiaCopyKind kindOf(CopyKind kind) {
+  switch (kind) {
+    case CopyKind::kHostToDevice: return OMTIA_COPY_HOST_TO_DEVICE;
+    case CopyKind::kDeviceToHost: return OMTIA_COPY_DEVICE_TO_HOST;
+    case CopyKind::kDeviceToDevice: return OMTIA_COPY_DEVICE_TO_DEVICE;
+  }
+  return OMTIA_COPY_DEVICE_TO_DEVICE;
+}
+}  // namespace
+
+void memcpy(void* dst, const void* src, size_t bytes, CopyKind kind) {
+  check(T().memcpy(dst, src, bytes, kindOf(kind)));
+}
+
+void memcpyAsync(void* dst, const void* src, size_t bytes, CopyKind kind, int device, StreamId stream) {
+  check(T().memcpy_async(dst, src, bytes, kindOf(kind), handle(device, stream)));
+}
+
+}  // namespace omr

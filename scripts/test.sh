@@ -16,3 +16,10 @@ echo "== pytest"
 # conformance run, 1800 s (it takes about 8 minutes on 2 cores); the whole
 # run 40 minutes.
 timeout -k 30 2400 .venv/bin/python -m pytest tests -q -p timeout --timeout=600 --timeout-method=thread "$@"
+
+echo "== pytest on the C reference driver (OPENMTIA_DRIVER=reference: synchronous streams)"
+# suites that do not depend on asynchrony (the driver conformance tests ran
+# on both drivers under ctest above)
+OPENMTIA_DRIVER=reference timeout -k 30 900 .venv/bin/python -m pytest -q -p timeout --timeout=600 \
+  --timeout-method=thread tests/test_attention.py tests/test_autoload.py tests/test_compile_triton.py \
+  tests/test_distributed_netns.py tests/test_conformance_compiled.py "$@"

@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "../src/recycler.h"
 #include "openmtia/driver.h"
 #include "openmtia/runtime.h"
 
@@ -236,7 +237,7 @@ struct Work {
     }
     return message.c_str();
   }
-  static void destroy(void* user) { delete static_cast<Work*>(user); }
+  static void destroy(void* user) { Recycler<Work>::release(static_cast<Work*>(user)); }
 };
 
 OmtiaLaunchArgs launchArgs(Work* w, const std::string& name) {
@@ -392,11 +393,11 @@ void setIdleHook(IdleHook hook) { check(T().set_idle_hook(hook)); }
 
 void launch(int device, StreamId stream, std::string name, Task task) {
   OmtiaStream s = handle(device, stream);
-  auto* w = new Work{std::move(task)};
+  Work* w = Recycler<Work>::make(Work{std::move(task)});
   OmtiaLaunchArgs a = launchArgs(w, name);
   OmtiaStatus st = T().launch_host_func(s, &a);
   if (st != OMTIA_SUCCESS) {
-    delete w;  // not launched: still ours
+    Work::destroy(w);  // not launched: still ours
     raise(st);
   }
   if (loadedDriver().launch_blocking) {

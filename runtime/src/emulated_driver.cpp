@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "openmtia/runtime.h"
+#include "recycler.h"
 
 struct OmtiaStream_ {
   int device;
@@ -112,18 +113,36 @@ omr::CopyKind kindOf(OmtiaCopyKind kind) {
   throw omr::Error(omr::ErrorCode::kInvalidValue, "unknown copy kind " + std::to_string(int(kind)));
 }
 
-// A launched host function: destroy(user) runs when the last copy of the
-// task goes (on a host thread: the engine releases tasks there).
+// A launched host function: destroy(user) runs when the last reference to
+// it goes (on a host thread: the engine releases tasks there). The task holds
+// a WorkRef (8 bytes: std::function keeps it inline, no allocation), and the
+// work itself comes from a Recycler.
 struct HostWork {
   HostWork(OmtiaHostFn f, void* u, OmtiaDestroyFn d) : fn(f), user(u), destroy(d) {}
-  HostWork(const HostWork&) = delete;
-  HostWork& operator=(const HostWork&) = delete;
   OmtiaHostFn fn;
   void* user;
   OmtiaDestroyFn destroy;
-  ~HostWork() {
-    if (destroy) destroy(user);
+  std::atomic<int> refs{1};
+};
+
+class WorkRef {
+ public:
+  explicit WorkRef(HostWork* w) : w_(w) {}
+  WorkRef(const WorkRef& o) noexcept : w_(o.w_) { w_->refs.fetch_add(1, std::memory_order_relaxed); }
+  WorkRef(WorkRef&& o) noexcept : w_(o.w_) { o.w_ = nullptr; }
+  WorkRef& operator=(const WorkRef&) = delete;
+  ~WorkRef() {
+    if (!w_ || w_->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+    if (w_->destroy) w_->destroy(w_->user);
+    omr::Recycler<HostWork>::release(w_);
   }
+  void operator()() const {
+    if (const char* err = w_->fn(w_->user)) throw std::runtime_error(err);
+  }
+  HostWork* get() const { return w_; }
+
+ private:
+  HostWork* w_;
 };
 
 // Activity records: the engine's trace records, relabelled.
@@ -272,13 +291,11 @@ OmtiaStatus launchHostFunc(OmtiaStream stream, const OmtiaLaunchArgs* args) {
     need(stream, "stream");
     OMTIA_NEED_FIELDS(args, OmtiaLaunchArgs, name);
     need(args->fn, "args->fn");
-    auto work = std::make_shared<HostWork>(args->fn, args->user, args->destroy);
+    WorkRef work(omr::Recycler<HostWork>::make(args->fn, args->user, args->destroy));
     try {
-      omr::launch(stream->device, stream->id, args->name ? args->name : "", [work] {
-        if (const char* err = work->fn(work->user)) throw std::runtime_error(err);
-      });
+      omr::launch(stream->device, stream->id, args->name ? args->name : "", work);  // (a second reference)
     } catch (...) {
-      work->destroy = nullptr;  // not launched: the caller still owns user
+      work.get()->destroy = nullptr;  // not launched: the caller still owns user
       throw;
     }
   });

@@ -296,8 +296,7 @@ void configure(const RuntimeConfig& config) {
 }
 
 void checkDevice(int device) {
-  const OmtiaDriver& t = T();
-  (void)t;
+  T();  // (no driver: kUnavailable, not "device count is 0")
   int n = deviceCount();
   if (device < 0 || device >= n)
     throw Error(ErrorCode::kInvalidDevice, "invalid mtia device index " + std::to_string(device) +

@@ -95,12 +95,11 @@ class RangeMap {
     if (a >= it->first + std::max<size_t>(it->second, 1)) return {nullptr, 0};
     return {reinterpret_cast<void*>(it->first), it->second};
   }
+  // Whether [p, p + len) lies in one range.
   bool contains(const void* p, size_t len = 1) const {
-    uintptr_t a = reinterpret_cast<uintptr_t>(p);
-    auto it = ranges_.upper_bound(a);
-    if (it == ranges_.begin()) return false;
-    --it;
-    return a >= it->first && a + std::max<size_t>(len, 1) <= it->first + std::max<size_t>(it->second, 1);
+    auto [base, size] = find(p);
+    return base && reinterpret_cast<uintptr_t>(p) + std::max<size_t>(len, 1) <=
+                       reinterpret_cast<uintptr_t>(base) + std::max<size_t>(size, 1);
   }
 
  private:
@@ -584,16 +583,6 @@ void deviceFree(int device, void* ptr) {
   std::free(ptr);
 }
 
-int pointerDevice(const void* ptr) {
-  Runtime& rt = Runtime::get();
-  for (int i = 0; i < rt.count(); ++i) {
-    Device& d = rt.device(i);
-    std::lock_guard<std::mutex> lk(d.mem_mu);
-    if (d.allocations.contains(ptr)) return i;
-  }
-  return -1;
-}
-
 Allocation pointerAllocation(const void* ptr) {
   Runtime& rt = Runtime::get();
   if (!ptr) return {};
@@ -607,6 +596,8 @@ Allocation pointerAllocation(const void* ptr) {
   auto [base, size] = rt.pinned.find(ptr);
   return {-1, base, size};
 }
+
+int pointerDevice(const void* ptr) { return pointerAllocation(ptr).device; }
 
 void* hostMallocPinned(size_t bytes) {
   if (bytes == 0) return nullptr;

@@ -29,7 +29,7 @@ struct OmtiaEvent_ {
 
 struct OmtiaGraph_ {
   omr::Graph* graph;
-  std::vector<std::string> names;  // graph_task_name's, refreshed by graph_task_count/graph_task_name
+  std::vector<std::string> names;  // graph_task_name's: the recorded names, refreshed once more were recorded
 };
 
 namespace {
@@ -421,7 +421,7 @@ OmtiaStatus graphTaskName(OmtiaGraph graph, size_t index, const char** name) {
   return call([&] {
     need(name, "name");
     need(graph, "graph");
-    graph->names = omr::graphTaskNames(graph->graph);
+    if (graph->names.size() != omr::graphTaskCount(graph->graph)) graph->names = omr::graphTaskNames(graph->graph);
     if (index >= graph->names.size())
       throw omr::Error(omr::ErrorCode::kInvalidValue, "graph task " + std::to_string(index) + " of " +
                                                           std::to_string(graph->names.size()));

@@ -370,8 +370,14 @@ TEST(Driver, GraphsRecordAndReplay) {
   OK(D->graph_task_count(g, &n));
   EXPECT_EQ(n, 3u);
   const char* name = nullptr;
+  const char* first = nullptr;
+  OK(D->graph_task_name(g, 0, &first));
   OK(D->graph_task_name(g, 1, &name));
   EXPECT_STREQ(name, "two");
+  EXPECT_STREQ(first, "one");  // still valid: until the graph is cleared, destroyed or recorded into
+  const char* again = nullptr;
+  OK(D->graph_task_name(g, 0, &again));
+  EXPECT_EQ(again, first);
   OK(D->graph_launch(g, s.s));
   OK(D->graph_launch(g, s.s));
   OK(D->stream_synchronize(s.s));

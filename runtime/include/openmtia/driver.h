@@ -298,7 +298,7 @@ typedef struct OmtiaDriver {
   OmtiaStatus (*stream_end_capture)(OmtiaStream stream);
   OmtiaStatus (*stream_is_capturing)(OmtiaStream stream, int* capturing);
   OmtiaStatus (*graph_task_count)(OmtiaGraph graph, size_t* count);
-  /* valid until the graph is cleared or destroyed */
+  /* valid until the graph is cleared, destroyed or recorded into again */
   OmtiaStatus (*graph_task_name)(OmtiaGraph graph, size_t index, const char** name);
   OmtiaStatus (*graph_launch)(OmtiaGraph graph, OmtiaStream stream);
   OmtiaStatus (*graph_clear)(OmtiaGraph graph);

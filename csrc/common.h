@@ -57,8 +57,13 @@ void setCurrentStream(const c10::Stream& stream);
 c10::Stream makeStream(c10::DeviceIndex index, omr::StreamId id);
 inline omr::StreamId streamId(const c10::Stream& s) { return static_cast<omr::StreamId>(s.id()); }
 
-// Enqueue `fn` as a device task on the current stream of `device`.
-void launchOnCurrentStream(c10::DeviceIndex device, const char* name, omr::Task fn);
+omr::StreamId currentStreamId(c10::DeviceIndex device);  // of the calling thread
+// Enqueue `fn` (a callable that throws on failure) as a device task on the
+// current stream of `device`.
+template <typename F>
+void launchOnCurrentStream(c10::DeviceIndex device, const char* name, F&& fn) {
+  OMR_CALL(omr::launch(device, currentStreamId(device), name, std::forward<F>(fn)));
+}
 // Waits for the current stream of `device` (raises pending task errors).
 void syncCurrentStream(c10::DeviceIndex device);
 // The strided copy kernel, a task named `name` on dst's device's current

@@ -52,9 +52,7 @@ void setCurrentStream(const c10::Stream& stream) {
   tls_stream[stream.device_index()] = static_cast<int16_t>(stream.id());
 }
 
-void launchOnCurrentStream(c10::DeviceIndex device, const char* name, omr::Task fn) {
-  OMR_CALL(omr::launch(device, tls_stream[device], name, std::move(fn)));
-}
+omr::StreamId currentStreamId(c10::DeviceIndex device) { return tls_stream[device]; }
 
 void syncCurrentStream(c10::DeviceIndex device) { OMR_CALL(omr::streamSynchronize(device, tls_stream[device])); }
 

@@ -122,6 +122,7 @@ struct MTIAHooks final : public at::MTIAHooksInterface {
     d["minor"] = p.minor;
     d["multi_processor_count"] = p.processor_count;
     d["host_addressable"] = p.host_addressable;
+    d["asynchronous"] = p.asynchronous;
     return d.release().ptr();
   }
   void emptyCache() const override { deviceAllocator()->emptyCache({0, 0}); }

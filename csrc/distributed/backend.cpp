@@ -653,7 +653,7 @@ class MtiaBackend final : public c10d::Backend {
       omr::eventDestroy(ready);
     }
     int size = getSize(), rank = getRank();
-    OMR_CALL(omr::launch(exec, stream, std::string("c10d:") + name,
+    OMR_CALL(omr::launch(exec, stream, (std::string("c10d:") + name).c_str(),
                          [op, run = std::move(run), check_work, all_sigs, size, rank, sizes = std::move(sizes)] {
                            try {
                              if (check_work) {

@@ -42,7 +42,7 @@ std::vector<Record>* g_records = nullptr;  // the recording session's, or none
 
 void collect(const omr::TaskRecord& r) {
   std::lock_guard<std::mutex> lk(g_mu);
-  if (g_records) g_records->push_back({r.device, r.stream, *r.name, r.tag, r.start_ns, r.end_ns});
+  if (g_records) g_records->push_back({r.device, r.stream, r.name, r.tag, r.start_ns, r.end_ns});
 }
 
 class Session final : public IActivityProfilerSession {

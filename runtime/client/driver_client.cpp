@@ -27,7 +27,6 @@
 #include <string>
 #include <vector>
 
-#include "../src/recycler.h"
 #include "openmtia/driver.h"
 #include "openmtia/runtime.h"
 
@@ -220,43 +219,13 @@ OmtiaStream handle(int device, StreamId id) {
   return s;
 }
 
-// A launched std::function: run by the driver, destroyed by it on a host thread.
-struct Work {
-  Task fn;
-  static const char* run(void* user) {
-    thread_local std::string message;
-    try {
-      static_cast<Work*>(user)->fn();
-      return nullptr;
-    } catch (abi::__forced_unwind&) {
-      throw;  // the thread is being ended (pthread_exit): let it through
-    } catch (const std::exception& e) {
-      message = e.what();
-    } catch (...) {
-      message = "unknown exception";
-    }
-    return message.c_str();
-  }
-  static void destroy(void* user) { Recycler<Work>::release(static_cast<Work*>(user)); }
-};
-
-OmtiaLaunchArgs launchArgs(Work* w, const std::string& name) {
-  OmtiaLaunchArgs a{};
-  a.struct_size = sizeof a;
-  a.fn = &Work::run;
-  a.user = w;
-  a.destroy = &Work::destroy;
-  a.name = name.c_str();
-  return a;
-}
-
 // Tracing: the driver's activity records as TaskRecords.
 std::atomic<TraceSink> g_sink{nullptr};
 void activity(const OmtiaActivityRecord* r, void*) {
   TraceSink sink = g_sink.load();
   if (!sink) return;
-  std::string name = r->name ? r->name : "";
-  sink(TaskRecord{r->device, static_cast<StreamId>(r->stream_label), &name, r->correlation, r->start_ns, r->end_ns});
+  sink(TaskRecord{r->device, static_cast<StreamId>(r->stream_label), r->name ? r->name : "", r->correlation, r->start_ns,
+                  r->end_ns});
 }
 
 }  // namespace
@@ -314,6 +283,7 @@ DeviceProperties deviceProperties(int device) {
   out.minor = p.minor;
   out.processor_count = p.processor_count;
   out.host_addressable = (p.flags & OMTIA_DEVICE_HOST_ADDRESSABLE) != 0;
+  out.asynchronous = (p.flags & OMTIA_DEVICE_ASYNC) != 0;
   return out;
 }
 
@@ -376,28 +346,53 @@ StreamId streamFromPool(int device, int priority) {
   return 1 + high * kPoolSize + static_cast<int>(k);
 }
 
-StreamId streamCreate(int, int64_t) {
-  throw Error(ErrorCode::kNotSupported, "streams beyond the pools are the driver's (stream_create)");
-}
-
-void streamDestroy(int, StreamId) {
-  throw Error(ErrorCode::kNotSupported, "streams beyond the pools are the driver's (stream_destroy)");
-}
-
 size_t launchQueueDepth() { return loadedDriver().queue_depth; }
 
 void setWaitHook(WaitHook hook) { check(T().set_wait_hook(hook)); }
 
 void setIdleHook(IdleHook hook) { check(T().set_idle_hook(hook)); }
 
-void launch(int device, StreamId stream, std::string name, Task task) {
-  OmtiaStream s = handle(device, stream);
-  Work* w = Recycler<Work>::make(Work{std::move(task)});
-  OmtiaLaunchArgs a = launchArgs(w, name);
+namespace detail {
+const char* runGuarded(void (*call)(void*), void* box) {
+  thread_local std::string message;
+  try {
+    call(box);
+    return nullptr;
+  } catch (abi::__forced_unwind&) {
+    throw;  // the thread is being ended (pthread_exit): let it through
+  } catch (const std::exception& e) {
+    message = e.what();
+  } catch (...) {
+    message = "unknown exception";
+  }
+  return message.c_str();
+}
+}  // namespace detail
+
+void launch(int device, StreamId stream, const char* name, HostTask task) {
+  OmtiaStream s;
+  try {
+    s = handle(device, stream);
+  } catch (...) {
+    if (task.destroy) task.destroy(task.user);
+    throw;
+  }
+  OmtiaLaunchArgs a{};
+  a.struct_size = sizeof a;
+  a.fn = task.fn;
+  a.user = task.user;
+  a.destroy = task.destroy;
+  a.name = name;
   OmtiaStatus st = T().launch_host_func(s, &a);
-  if (st != OMTIA_SUCCESS) {
-    Work::destroy(w);  // not launched: still ours
-    raise(st);
+  if (st != OMTIA_SUCCESS) {  // not launched: still ours
+    std::exception_ptr error;
+    try {
+      raise(st);  // (reads the driver's last error before destroy can make another)
+    } catch (...) {
+      error = std::current_exception();
+    }
+    if (task.destroy) task.destroy(task.user);
+    std::rethrow_exception(error);
   }
   if (loadedDriver().launch_blocking) {
     int capturing = 0;

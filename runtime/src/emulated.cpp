@@ -1,5 +1,5 @@
 // Host-CPU emulation of the openmtia device runtime (see openmtia/runtime.h).
-#include "openmtia/runtime.h"
+#include "engine.h"
 
 #include <cxxabi.h>
 #include <malloc.h>
@@ -21,7 +21,10 @@
 #include <thread>
 #include <vector>
 
+#include "openmtia/recycler.h"
+
 namespace omr {
+namespace engine {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -129,9 +132,35 @@ struct EventState {
   Clock::time_point time;   // when the last record was reached
 };
 
+// A graph's recorded tasks: run any number of times, destroyed with it.
 struct GraphTasks {
-  std::vector<std::pair<std::string, Task>> tasks;
+  std::vector<std::pair<std::string, HostTask>> tasks;
+  GraphTasks() = default;
+  GraphTasks(const GraphTasks&) = delete;
+  GraphTasks& operator=(const GraphTasks&) = delete;
+  ~GraphTasks() {
+    for (auto& t : tasks)
+      if (t.second.destroy) t.second.destroy(t.second.user);
+  }
 };
+
+// A Task (std::function) as a HostTask: fn turns what it throws into the message.
+const char* runBoxed(void* user) {
+  thread_local std::string message;
+  try {
+    (*static_cast<Task*>(user))();
+    return nullptr;
+  } catch (abi::__forced_unwind&) {
+    throw;  // the thread is being ended (pthread_exit): let it through
+  } catch (const std::exception& e) {
+    message = e.what();
+  } catch (...) {
+    message = "unknown exception";
+  }
+  return message.c_str();
+}
+void destroyBoxed(void* user) { Recycler<Task>::release(static_cast<Task*>(user)); }
+HostTask box(Task task) { return HostTask{&runBoxed, Recycler<Task>::make(std::move(task)), &destroyBoxed}; }
 
 struct Stream {
   int device = 0;
@@ -139,7 +168,7 @@ struct Stream {
   int64_t label = 0;  // its number in messages and trace records (streamCreate's; else its id)
   std::mutex mu;
   std::condition_variable cv_work, cv_done;
-  struct Entry { std::string name; Task fn; uint64_t tag = 0; };
+  struct Entry { std::string name; HostTask task; uint64_t tag = 0; };
   // Entries [popped, enqueued) in order: [popped, completed) have run and wait
   // to be destroyed by the host (drain()), [started, enqueued) wait to run.
   // The host alone allocates and frees queue memory and what tasks captured
@@ -249,7 +278,10 @@ struct Stream {
     TraceSink sink = g_trace_sink.load(std::memory_order_relaxed);
     int64_t start_ns = sink ? unixNowNs() : 0;
     try {
-      e.fn();
+      if (const char* msg = e.task.fn(e.task.user)) {
+        failed = true;
+        err = msg;
+      }
     } catch (abi::__forced_unwind&) {
       // the thread is being ended (a task that took the GIL while Python
       // finalizes gets pthread_exit): let the unwinding through, or the
@@ -262,7 +294,7 @@ struct Stream {
       failed = true;
       err = "unknown exception";
     }
-    if (sink) sink(TaskRecord{device, static_cast<StreamId>(label), &e.name, e.tag, start_ns, unixNowNs()});
+    if (sink) sink(TaskRecord{device, label, e.name.c_str(), e.tag, start_ns, unixNowNs()});
     // What a task captured is released by the host (drain()), never here:
     // destructors may need locks the host holds while it waits for us
     // (e.g. the Python GIL when a tensor's last reference goes away).
@@ -326,32 +358,42 @@ struct Stream {
   }
   // Returns the task's sequence number, 0 if it was recorded into the graph
   // being captured.
-  uint64_t push(std::string name, Task fn, size_t depth, uint64_t tag = 0) {
+  uint64_t push(const char* name, HostTask fn, size_t depth, uint64_t tag = 0) {
     if (depth) waitForRoom(depth);
     Trash trash;  // destroyed after the lock is released
     std::unique_lock<std::mutex> lk(mu);
     if (capture) {  // recorded, not run (one lock per launch: its check is here)
-      capture->tasks.emplace_back(std::move(name), std::move(fn));
+      capture->tasks.emplace_back(name, fn);
       return 0;
     }
     if (inline_mode) {
       lk.unlock();
-      return runInline(std::move(name), std::move(fn), tag);
+      return runInline(name, fn, tag);
     }
-    queue.push_back({std::move(name), std::move(fn), tag});
+    queue.push_back({name, fn, tag});
     uint64_t seq = ++enqueued;
     enqueued_seen.store(seq, std::memory_order_release);
     cv_work.notify_one();
     collect(trash.tasks);
     return seq;
   }
-  uint64_t runInline(std::string name, Task fn, uint64_t tag) {
+  // push() of a Task, boxed (and destroyed here if push throws: not taken).
+  uint64_t push(const char* name, Task fn, size_t depth, uint64_t tag = 0) {
+    HostTask t = box(std::move(fn));
+    try {
+      return push(name, t, depth, tag);
+    } catch (...) {
+      t.destroy(t.user);
+      throw;
+    }
+  }
+  uint64_t runInline(const char* name, HostTask fn, uint64_t tag) {
     std::lock_guard<std::recursive_mutex> order(inline_mu);
     Entry* e;
     uint64_t seq;
     {
       std::lock_guard<std::mutex> lk(mu);
-      queue.push_back({std::move(name), std::move(fn), tag});
+      queue.push_back({name, fn, tag});
       e = &queue.back();
       seq = ++enqueued;
       started = enqueued;
@@ -364,20 +406,22 @@ struct Stream {
   // Finished tasks, destroyed with it (outside the stream lock). Its buffer
   // is reused per thread: no allocation per launch.
   struct Trash {
-    std::vector<Task> tasks;
-    Trash() { tasks.swap(spare()); }  // (a task's destructor may launch, and so drain, again)
+    std::vector<HostTask> tasks;
+    Trash() { tasks.swap(spare()); }  // (a task's destroy may launch, and so drain, again)
     ~Trash() {
+      for (const HostTask& t : tasks)
+        if (t.destroy) t.destroy(t.user);
       tasks.clear();
       spare().swap(tasks);
     }
-    static std::vector<Task>& spare() {
-      thread_local std::vector<Task> v;
+    static std::vector<HostTask>& spare() {
+      thread_local std::vector<HostTask> v;
       return v;
     }
   };
-  void collect(std::vector<Task>& out) {  // with mu held
+  void collect(std::vector<HostTask>& out) {  // with mu held
     for (uint64_t done = completed.load(); popped < done; ++popped) {
-      out.push_back(std::move(queue.front().fn));
+      out.push_back(queue.front().task);
       queue.pop_front();
     }
   }
@@ -690,12 +734,19 @@ void setTracing(TagHook tag, TraceSink sink) {
   g_trace_sink.store(sink);
 }
 
-void launch(int device, StreamId stream, std::string name, Task task) {
+namespace {
+template <typename T>
+void launchOn(int device, StreamId stream, const char* name, T task) {
   Stream& s = getStream(device, stream);
   TagHook tag_hook = g_tag_hook.load(std::memory_order_relaxed);
-  const uint64_t seq = s.push(std::move(name), std::move(task), Runtime::get().queue_depth, tag_hook ? tag_hook() : 0);
+  const uint64_t seq = s.push(name, std::move(task), Runtime::get().queue_depth, tag_hook ? tag_hook() : 0);
   if (seq && Runtime::get().launch_blocking) s.synchronize();  // raise at the failing task (0: captured)
 }
+}  // namespace
+
+void launch(int device, StreamId stream, const char* name, HostTask task) { launchOn(device, stream, name, task); }
+
+void launch(int device, StreamId stream, const char* name, Task task) { launchOn(device, stream, name, std::move(task)); }
 
 bool launchBlocking() { return Runtime::get().launch_blocking; }
 
@@ -765,7 +816,7 @@ void eventRecord(Event* event, int device, StreamId stream) {
     st->stream = stream;
   }
   // without st->mu: the task takes it (on the worker, or here when tasks run inline)
-  s.push("event_record", [st, version] {
+  s.push("event_record", Task([st, version] {
     auto now = Clock::now();
     std::lock_guard<std::mutex> lk2(st->mu);
     if (version >= st->done_version) {
@@ -773,7 +824,7 @@ void eventRecord(Event* event, int device, StreamId stream) {
       st->time = now;
     }
     st->cv.notify_all();
-  }, Runtime::get().queue_depth);
+  }), Runtime::get().queue_depth);
 }
 
 void streamWaitEvent(int device, StreamId stream, Event* event) {
@@ -900,17 +951,15 @@ std::vector<std::string> graphTaskNames(const Graph* graph) {
 }
 
 void graphLaunch(Graph* graph, int device, StreamId stream) {
-  launch(device, stream, "graph", [tasks = graph->tasks] {
+  launch(device, stream, "graph", Task([tasks = graph->tasks] {
     for (auto& [name, task] : tasks->tasks) {
-      try {
-        task();
-      } catch (const std::exception& e) {
-        throw Error(ErrorCode::kTaskFailed, "in graph task '" + name + "': " + e.what());
-      }
+      if (const char* msg = task.fn(task.user))
+        throw Error(ErrorCode::kTaskFailed, "in graph task '" + name + "': " + msg);
     }
-  });
+  }));
 }
 
 void graphClear(Graph* graph) { graph->tasks = std::make_shared<GraphTasks>(); }
 
+}  // namespace engine
 }  // namespace omr

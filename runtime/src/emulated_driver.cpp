@@ -13,22 +13,23 @@
 #include <string>
 #include <vector>
 
-#include "openmtia/runtime.h"
-#include "recycler.h"
+#include "engine.h"
+
+namespace eng = omr::engine;
 
 struct OmtiaStream_ {
   int device;
-  omr::StreamId id;
+  eng::StreamId id;
   int priority;
   int64_t label;
 };
 
 struct OmtiaEvent_ {
-  omr::Event* event;
+  eng::Event* event;
 };
 
 struct OmtiaGraph_ {
-  omr::Graph* graph;
+  eng::Graph* graph;
   std::vector<std::string> names;  // graph_task_name's: the recorded names, refreshed once more were recorded
 };
 
@@ -50,17 +51,17 @@ OmtiaStatus fail(OmtiaStatus code, std::string message) {
   return code;
 }
 
-OmtiaStatus statusOf(omr::ErrorCode code) {
+OmtiaStatus statusOf(eng::ErrorCode code) {
   switch (code) {
-    case omr::ErrorCode::kOutOfMemory: return OMTIA_ERROR_OUT_OF_MEMORY;
-    case omr::ErrorCode::kInvalidDevice: return OMTIA_ERROR_INVALID_DEVICE;
-    case omr::ErrorCode::kInvalidValue: return OMTIA_ERROR_INVALID_VALUE;
-    case omr::ErrorCode::kTaskFailed: return OMTIA_ERROR_TASK_FAILED;
-    case omr::ErrorCode::kCapturing: return OMTIA_ERROR_CAPTURING;
-    case omr::ErrorCode::kForked: return OMTIA_ERROR_FORKED;
-    case omr::ErrorCode::kNotSupported: return OMTIA_ERROR_NOT_SUPPORTED;
-    case omr::ErrorCode::kUnavailable:
-    case omr::ErrorCode::kInternal: return OMTIA_ERROR_INTERNAL;
+    case eng::ErrorCode::kOutOfMemory: return OMTIA_ERROR_OUT_OF_MEMORY;
+    case eng::ErrorCode::kInvalidDevice: return OMTIA_ERROR_INVALID_DEVICE;
+    case eng::ErrorCode::kInvalidValue: return OMTIA_ERROR_INVALID_VALUE;
+    case eng::ErrorCode::kTaskFailed: return OMTIA_ERROR_TASK_FAILED;
+    case eng::ErrorCode::kCapturing: return OMTIA_ERROR_CAPTURING;
+    case eng::ErrorCode::kForked: return OMTIA_ERROR_FORKED;
+    case eng::ErrorCode::kNotSupported: return OMTIA_ERROR_NOT_SUPPORTED;
+    case eng::ErrorCode::kUnavailable:
+    case eng::ErrorCode::kInternal: return OMTIA_ERROR_INTERNAL;
   }
   return OMTIA_ERROR_INTERNAL;
 }
@@ -71,18 +72,18 @@ OmtiaStatus call(F&& f) noexcept {
   try {
     f();
     return OMTIA_SUCCESS;
-  } catch (const omr::OutOfMemoryError& e) {
+  } catch (const eng::OutOfMemoryError& e) {
     OmtiaStatus s = fail(OMTIA_ERROR_OUT_OF_MEMORY, e.what());
     t_error.device = e.device;
     t_error.requested = e.requested;
     t_error.used = e.used;
     t_error.capacity = e.capacity;
     return s;
-  } catch (const omr::TaskError& e) {
+  } catch (const eng::TaskError& e) {
     OmtiaStatus s = fail(OMTIA_ERROR_TASK_FAILED, e.what());
     t_error.task = e.task;
     return s;
-  } catch (const omr::Error& e) {
+  } catch (const eng::Error& e) {
     return fail(statusOf(e.code()), e.what());
   } catch (const std::exception& e) {
     return fail(OMTIA_ERROR_INTERNAL, e.what());
@@ -93,7 +94,7 @@ OmtiaStatus call(F&& f) noexcept {
 
 template <typename T>
 T* need(T* p, const char* what) {
-  if (!p) throw omr::Error(omr::ErrorCode::kInvalidValue, std::string(what) + " is null");
+  if (!p) throw eng::Error(eng::ErrorCode::kInvalidValue, std::string(what) + " is null");
   return p;
 }
 
@@ -101,49 +102,17 @@ T* need(T* p, const char* what) {
 #define OMTIA_NEED_FIELDS(p, type, last)                                                     \
   do {                                                                                       \
     if (!OMTIA_HAS_FIELD(need(p, #p), type, last))                                           \
-      throw omr::Error(omr::ErrorCode::kInvalidValue, #p "->struct_size is too small");       \
+      throw eng::Error(eng::ErrorCode::kInvalidValue, #p "->struct_size is too small");       \
   } while (0)
 
-omr::CopyKind kindOf(OmtiaCopyKind kind) {
+eng::CopyKind kindOf(OmtiaCopyKind kind) {
   switch (kind) {
-    case OMTIA_COPY_HOST_TO_DEVICE: return omr::CopyKind::kHostToDevice;
-    case OMTIA_COPY_DEVICE_TO_HOST: return omr::CopyKind::kDeviceToHost;
-    case OMTIA_COPY_DEVICE_TO_DEVICE: return omr::CopyKind::kDeviceToDevice;
+    case OMTIA_COPY_HOST_TO_DEVICE: return eng::CopyKind::kHostToDevice;
+    case OMTIA_COPY_DEVICE_TO_HOST: return eng::CopyKind::kDeviceToHost;
+    case OMTIA_COPY_DEVICE_TO_DEVICE: return eng::CopyKind::kDeviceToDevice;
   }
-  throw omr::Error(omr::ErrorCode::kInvalidValue, "unknown copy kind " + std::to_string(int(kind)));
+  throw eng::Error(eng::ErrorCode::kInvalidValue, "unknown copy kind " + std::to_string(int(kind)));
 }
-
-// A launched host function: destroy(user) runs when the last reference to
-// it goes (on a host thread: the engine releases tasks there). The task holds
-// a WorkRef (8 bytes: std::function keeps it inline, no allocation), and the
-// work itself comes from a Recycler.
-struct HostWork {
-  HostWork(OmtiaHostFn f, void* u, OmtiaDestroyFn d) : fn(f), user(u), destroy(d) {}
-  OmtiaHostFn fn;
-  void* user;
-  OmtiaDestroyFn destroy;
-  std::atomic<int> refs{1};
-};
-
-class WorkRef {
- public:
-  explicit WorkRef(HostWork* w) : w_(w) {}
-  WorkRef(const WorkRef& o) noexcept : w_(o.w_) { w_->refs.fetch_add(1, std::memory_order_relaxed); }
-  WorkRef(WorkRef&& o) noexcept : w_(o.w_) { o.w_ = nullptr; }
-  WorkRef& operator=(const WorkRef&) = delete;
-  ~WorkRef() {
-    if (!w_ || w_->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
-    if (w_->destroy) w_->destroy(w_->user);
-    omr::Recycler<HostWork>::release(w_);
-  }
-  void operator()() const {
-    if (const char* err = w_->fn(w_->user)) throw std::runtime_error(err);
-  }
-  HostWork* get() const { return w_; }
-
- private:
-  HostWork* w_;
-};
 
 // Activity records: the engine's trace records, relabelled.
 std::atomic<OmtiaCorrelationHook> g_correlation{nullptr};
@@ -153,9 +122,8 @@ uint64_t correlationTag() {
   OmtiaCorrelationHook hook = g_correlation.load();
   return hook ? hook() : 0;
 }
-void traceSink(const omr::TaskRecord& r) {
-  OmtiaActivityRecord rec{sizeof(OmtiaActivityRecord), r.device, r.stream, r.name->c_str(), r.tag, r.start_ns,
-                          r.end_ns};
+void traceSink(const eng::TaskRecord& r) {
+  OmtiaActivityRecord rec{sizeof(OmtiaActivityRecord), r.device, r.stream, r.name, r.tag, r.start_ns, r.end_ns};
   if (OmtiaActivityCallback cb = g_activity.load()) cb(&rec, g_activity_user.load());
 }
 
@@ -173,37 +141,37 @@ OmtiaStatus getLastError(OmtiaErrorInfo* info) {
 
 OmtiaStatus initialize(const OmtiaInitArgs* args) {
   return call([&] {
-    omr::RuntimeConfig c;
+    eng::RuntimeConfig c;
     c.launch_blocking = 0;  // (the framework's policy: it synchronizes after each launch itself)
     if (args && OMTIA_HAS_FIELD(args, OmtiaInitArgs, num_options)) {
       for (size_t i = 0; i < args->num_options; ++i) {
         const OmtiaOption& o = args->options[i];
         if (!o.name) continue;
-        if (o.value < 0) throw omr::Error(omr::ErrorCode::kInvalidValue, std::string("option ") + o.name + " < 0");
+        if (o.value < 0) throw eng::Error(eng::ErrorCode::kInvalidValue, std::string("option ") + o.name + " < 0");
         if (!std::strcmp(o.name, "device_count")) c.device_count = static_cast<int>(std::min<int64_t>(o.value, 1 << 20));
         else if (!std::strcmp(o.name, "device_memory")) c.device_memory = static_cast<size_t>(o.value);
         else if (!std::strcmp(o.name, "launch_queue_depth")) c.launch_queue_depth = static_cast<size_t>(o.value);
       }
     }
-    omr::configure(c);
-    omr::deviceCount();  // made now, with these settings
+    eng::configure(c);
+    eng::deviceCount();  // made now, with these settings
   });
 }
 
-OmtiaStatus shutdown() { return call([] { omr::stopWorkers(); }); }
+OmtiaStatus shutdown() { return call([] { eng::stopWorkers(); }); }
 
 OmtiaStatus inBadFork(int* forked) {
-  return call([&] { *need(forked, "forked") = omr::inBadFork() ? 1 : 0; });
+  return call([&] { *need(forked, "forked") = eng::inBadFork() ? 1 : 0; });
 }
 
 OmtiaStatus deviceCount(int* count) {
-  return call([&] { *need(count, "count") = omr::deviceCount(); });
+  return call([&] { *need(count, "count") = eng::deviceCount(); });
 }
 
 OmtiaStatus deviceProperties(int device, OmtiaDeviceProperties* props) {
   return call([&] {
     OMTIA_NEED_FIELDS(props, OmtiaDeviceProperties, flags);
-    omr::DeviceProperties p = omr::deviceProperties(device);
+    eng::DeviceProperties p = eng::deviceProperties(device);
     std::memset(props->name, 0, sizeof props->name);
     std::strncpy(props->name, p.name.c_str(), sizeof props->name - 1);
     props->total_memory = p.total_memory;
@@ -216,29 +184,29 @@ OmtiaStatus deviceProperties(int device, OmtiaDeviceProperties* props) {
 }
 
 OmtiaStatus memGetInfo(int device, size_t* free_bytes, size_t* total_bytes) {
-  return call([&] { omr::memGetInfo(device, need(free_bytes, "free_bytes"), need(total_bytes, "total_bytes")); });
+  return call([&] { eng::memGetInfo(device, need(free_bytes, "free_bytes"), need(total_bytes, "total_bytes")); });
 }
 
 OmtiaStatus memAlloc(int device, size_t bytes, void** ptr) {
-  return call([&] { *need(ptr, "ptr") = omr::deviceMalloc(device, bytes); });
+  return call([&] { *need(ptr, "ptr") = eng::deviceMalloc(device, bytes); });
 }
 
 OmtiaStatus memFree(int device, void* ptr) {
-  return call([&] { omr::deviceFree(device, ptr); });
+  return call([&] { eng::deviceFree(device, ptr); });
 }
 
 OmtiaStatus hostAlloc(size_t bytes, void** ptr) {
-  return call([&] { *need(ptr, "ptr") = omr::hostMallocPinned(bytes); });
+  return call([&] { *need(ptr, "ptr") = eng::hostMallocPinned(bytes); });
 }
 
 OmtiaStatus hostFree(void* ptr) {
-  return call([&] { omr::hostFreePinned(ptr); });
+  return call([&] { eng::hostFreePinned(ptr); });
 }
 
 OmtiaStatus pointerGetAttributes(const void* ptr, OmtiaPointerAttributes* attrs) {
   return call([&] {
     OMTIA_NEED_FIELDS(attrs, OmtiaPointerAttributes, size);
-    omr::Allocation a = omr::pointerAllocation(ptr);
+    eng::Allocation a = eng::pointerAllocation(ptr);
     attrs->type = a.device >= 0 ? OMTIA_MEMORY_DEVICE : a.base ? OMTIA_MEMORY_HOST_PINNED : OMTIA_MEMORY_UNREGISTERED;
     attrs->device = a.device;
     attrs->base = a.base;
@@ -247,13 +215,13 @@ OmtiaStatus pointerGetAttributes(const void* ptr, OmtiaPointerAttributes* attrs)
 }
 
 OmtiaStatus memcpySync(void* dst, const void* src, size_t bytes, OmtiaCopyKind kind) {
-  return call([&] { omr::memcpy(dst, src, bytes, kindOf(kind)); });
+  return call([&] { eng::memcpy(dst, src, bytes, kindOf(kind)); });
 }
 
 OmtiaStatus memcpyAsync(void* dst, const void* src, size_t bytes, OmtiaCopyKind kind, OmtiaStream stream) {
   return call([&] {
     need(stream, "stream");
-    omr::memcpyAsync(dst, src, bytes, kindOf(kind), stream->device, stream->id);
+    eng::memcpyAsync(dst, src, bytes, kindOf(kind), stream->device, stream->id);
   });
 }
 
@@ -261,12 +229,12 @@ OmtiaStatus streamCreate(const OmtiaStreamCreateArgs* args, OmtiaStream* stream)
   return call([&] {
     OMTIA_NEED_FIELDS(args, OmtiaStreamCreateArgs, label);
     need(stream, "stream");
-    omr::checkDevice(args->device);
+    eng::checkDevice(args->device);
     auto s = std::make_unique<OmtiaStream_>();
     s->device = args->device;
     s->priority = args->priority < 0 ? -1 : 0;  // (two levels: stream_priority_range)
     s->label = args->label;
-    s->id = omr::streamCreate(args->device, args->label);
+    s->id = eng::streamCreate(args->device, args->label);
     *stream = s.release();
   });
 }
@@ -274,7 +242,7 @@ OmtiaStatus streamCreate(const OmtiaStreamCreateArgs* args, OmtiaStream* stream)
 OmtiaStatus streamDestroy(OmtiaStream stream) {
   return call([&] {
     need(stream, "stream");
-    omr::streamDestroy(stream->device, stream->id);
+    eng::streamDestroy(stream->device, stream->id);
     delete stream;
   });
 }
@@ -291,13 +259,8 @@ OmtiaStatus launchHostFunc(OmtiaStream stream, const OmtiaLaunchArgs* args) {
     need(stream, "stream");
     OMTIA_NEED_FIELDS(args, OmtiaLaunchArgs, name);
     need(args->fn, "args->fn");
-    WorkRef work(omr::Recycler<HostWork>::make(args->fn, args->user, args->destroy));
-    try {
-      omr::launch(stream->device, stream->id, args->name ? args->name : "", work);  // (a second reference)
-    } catch (...) {
-      work.get()->destroy = nullptr;  // not launched: the caller still owns user
-      throw;
-    }
+    // (if the launch throws, the engine did not take the task: destroy is not called)
+    eng::launch(stream->device, stream->id, args->name ? args->name : "", eng::HostTask{args->fn, args->user, args->destroy});
   });
 }
 
@@ -305,7 +268,7 @@ OmtiaStatus streamQuery(OmtiaStream stream) {
   bool idle = false;
   OmtiaStatus s = call([&] {
     need(stream, "stream");
-    idle = omr::streamQuery(stream->device, stream->id);
+    idle = eng::streamQuery(stream->device, stream->id);
   });
   if (s != OMTIA_SUCCESS) return s;
   return idle ? OMTIA_SUCCESS : fail(OMTIA_ERROR_NOT_READY, "the stream's work has not finished");
@@ -314,41 +277,41 @@ OmtiaStatus streamQuery(OmtiaStream stream) {
 OmtiaStatus streamSynchronize(OmtiaStream stream) {
   return call([&] {
     need(stream, "stream");
-    omr::streamSynchronize(stream->device, stream->id);
+    eng::streamSynchronize(stream->device, stream->id);
   });
 }
 
 OmtiaStatus streamWaitEvent(OmtiaStream stream, OmtiaEvent event) {
   return call([&] {
     need(stream, "stream");
-    omr::streamWaitEvent(stream->device, stream->id, need(event, "event")->event);
+    eng::streamWaitEvent(stream->device, stream->id, need(event, "event")->event);
   });
 }
 
 OmtiaStatus deviceSynchronize(int device) {
-  return call([&] { omr::deviceSynchronize(device); });
+  return call([&] { eng::deviceSynchronize(device); });
 }
 
 OmtiaStatus deviceWaitIdle(int device) {
-  return call([&] { omr::deviceWaitIdle(device); });
+  return call([&] { eng::deviceWaitIdle(device); });
 }
 
 OmtiaStatus onDriverThread(int* yes) {
-  return call([&] { *need(yes, "yes") = omr::onStreamWorker() ? 1 : 0; });
+  return call([&] { *need(yes, "yes") = eng::onStreamWorker() ? 1 : 0; });
 }
 
 OmtiaStatus eventCreate(uint32_t flags, OmtiaEvent* event) {
   return call([&] {
     need(event, "event");
     if (flags & ~uint32_t(OMTIA_EVENT_TIMING))
-      throw omr::Error(omr::ErrorCode::kInvalidValue, "unknown event flags " + std::to_string(flags));
-    *event = new OmtiaEvent_{omr::eventCreate(flags & OMTIA_EVENT_TIMING)};
+      throw eng::Error(eng::ErrorCode::kInvalidValue, "unknown event flags " + std::to_string(flags));
+    *event = new OmtiaEvent_{eng::eventCreate(flags & OMTIA_EVENT_TIMING)};
   });
 }
 
 OmtiaStatus eventDestroy(OmtiaEvent event) {
   return call([&] {
-    omr::eventDestroy(need(event, "event")->event);
+    eng::eventDestroy(need(event, "event")->event);
     delete event;
   });
 }
@@ -356,38 +319,38 @@ OmtiaStatus eventDestroy(OmtiaEvent event) {
 OmtiaStatus eventRecord(OmtiaEvent event, OmtiaStream stream) {
   return call([&] {
     need(stream, "stream");
-    omr::eventRecord(need(event, "event")->event, stream->device, stream->id);
+    eng::eventRecord(need(event, "event")->event, stream->device, stream->id);
   });
 }
 
 OmtiaStatus eventQuery(OmtiaEvent event) {
   bool done = false;
-  OmtiaStatus s = call([&] { done = omr::eventQuery(need(event, "event")->event); });
+  OmtiaStatus s = call([&] { done = eng::eventQuery(need(event, "event")->event); });
   if (s != OMTIA_SUCCESS) return s;
   return done ? OMTIA_SUCCESS : fail(OMTIA_ERROR_NOT_READY, "the event's record has not been reached");
 }
 
 OmtiaStatus eventSynchronize(OmtiaEvent event) {
-  return call([&] { omr::eventSynchronize(need(event, "event")->event); });
+  return call([&] { eng::eventSynchronize(need(event, "event")->event); });
 }
 
 OmtiaStatus eventElapsedMs(OmtiaEvent start, OmtiaEvent end, double* ms) {
   return call([&] {
-    *need(ms, "ms") = omr::eventElapsedMs(need(start, "start")->event, need(end, "end")->event);
+    *need(ms, "ms") = eng::eventElapsedMs(need(start, "start")->event, need(end, "end")->event);
   });
 }
 
 OmtiaStatus eventDevice(OmtiaEvent event, int* device) {
-  return call([&] { *need(device, "device") = omr::eventDevice(need(event, "event")->event); });
+  return call([&] { *need(device, "device") = eng::eventDevice(need(event, "event")->event); });
 }
 
 OmtiaStatus graphCreate(OmtiaGraph* graph) {
-  return call([&] { *need(graph, "graph") = new OmtiaGraph_{omr::graphCreate(), {}}; });
+  return call([&] { *need(graph, "graph") = new OmtiaGraph_{eng::graphCreate(), {}}; });
 }
 
 OmtiaStatus graphDestroy(OmtiaGraph graph) {
   return call([&] {
-    omr::graphDestroy(need(graph, "graph")->graph);
+    eng::graphDestroy(need(graph, "graph")->graph);
     delete graph;
   });
 }
@@ -395,35 +358,35 @@ OmtiaStatus graphDestroy(OmtiaGraph graph) {
 OmtiaStatus streamBeginCapture(OmtiaStream stream, OmtiaGraph graph) {
   return call([&] {
     need(stream, "stream");
-    omr::streamBeginCapture(stream->device, stream->id, need(graph, "graph")->graph);
+    eng::streamBeginCapture(stream->device, stream->id, need(graph, "graph")->graph);
   });
 }
 
 OmtiaStatus streamEndCapture(OmtiaStream stream) {
   return call([&] {
     need(stream, "stream");
-    omr::streamEndCapture(stream->device, stream->id);
+    eng::streamEndCapture(stream->device, stream->id);
   });
 }
 
 OmtiaStatus streamIsCapturing(OmtiaStream stream, int* capturing) {
   return call([&] {
     need(stream, "stream");
-    *need(capturing, "capturing") = omr::streamIsCapturing(stream->device, stream->id) ? 1 : 0;
+    *need(capturing, "capturing") = eng::streamIsCapturing(stream->device, stream->id) ? 1 : 0;
   });
 }
 
 OmtiaStatus graphTaskCount(OmtiaGraph graph, size_t* count) {
-  return call([&] { *need(count, "count") = omr::graphTaskCount(need(graph, "graph")->graph); });
+  return call([&] { *need(count, "count") = eng::graphTaskCount(need(graph, "graph")->graph); });
 }
 
 OmtiaStatus graphTaskName(OmtiaGraph graph, size_t index, const char** name) {
   return call([&] {
     need(name, "name");
     need(graph, "graph");
-    if (graph->names.size() != omr::graphTaskCount(graph->graph)) graph->names = omr::graphTaskNames(graph->graph);
+    if (graph->names.size() != eng::graphTaskCount(graph->graph)) graph->names = eng::graphTaskNames(graph->graph);
     if (index >= graph->names.size())
-      throw omr::Error(omr::ErrorCode::kInvalidValue, "graph task " + std::to_string(index) + " of " +
+      throw eng::Error(eng::ErrorCode::kInvalidValue, "graph task " + std::to_string(index) + " of " +
                                                           std::to_string(graph->names.size()));
     *name = graph->names[index].c_str();
   });
@@ -432,23 +395,23 @@ OmtiaStatus graphTaskName(OmtiaGraph graph, size_t index, const char** name) {
 OmtiaStatus graphLaunch(OmtiaGraph graph, OmtiaStream stream) {
   return call([&] {
     need(stream, "stream");
-    omr::graphLaunch(need(graph, "graph")->graph, stream->device, stream->id);
+    eng::graphLaunch(need(graph, "graph")->graph, stream->device, stream->id);
   });
 }
 
 OmtiaStatus graphClear(OmtiaGraph graph) {
   return call([&] {
-    omr::graphClear(need(graph, "graph")->graph);
+    eng::graphClear(need(graph, "graph")->graph);
     graph->names.clear();
   });
 }
 
 OmtiaStatus setWaitHook(OmtiaWaitHook hook) {
-  return call([&] { omr::setWaitHook(hook); });
+  return call([&] { eng::setWaitHook(hook); });
 }
 
 OmtiaStatus setIdleHook(OmtiaIdleHook hook) {
-  return call([&] { omr::setIdleHook(hook); });
+  return call([&] { eng::setIdleHook(hook); });
 }
 
 OmtiaStatus setActivityCallback(OmtiaCorrelationHook correlation, OmtiaActivityCallback callback, void* user) {
@@ -456,8 +419,8 @@ OmtiaStatus setActivityCallback(OmtiaCorrelationHook correlation, OmtiaActivityC
     g_correlation = correlation;
     g_activity_user = user;
     g_activity = callback;
-    if (callback) omr::setTracing(&correlationTag, &traceSink);
-    else omr::setTracing(nullptr, nullptr);
+    if (callback) eng::setTracing(&correlationTag, &traceSink);
+    else eng::setTracing(nullptr, nullptr);
   });
 }
 

@@ -1,10 +1,11 @@
-// openmtia device runtime: the "driver" interface of the openmtia accelerator.
+// openmtia device runtime: the framework's C++ view of the loaded driver.
 //
-// This header has no torch dependency. The implementation shipped here
-// (src/emulated.cpp) emulates the hardware on the host CPU: device memory is
-// host memory with its own per-device capacity and accounting, every stream is
-// an in-order queue executed by its own worker thread. A real driver would
-// implement the same functions over its hardware.
+// This header has no torch dependency. Its implementation is the client
+// (client/driver_client.cpp): it loads a driver (openmtia/driver.h, chosen by
+// OPENMTIA_DRIVER) and calls it only through the driver's table, with the
+// policy above the driver: the stream pools, the OPENMTIA_* configuration,
+// launch blocking, and driver statuses turned back into these exceptions.
+// The emulator's own API is src/engine.h, behind the emulated driver.
 #pragma once
 
 #include <cstddef>
@@ -12,7 +13,11 @@
 #include <functional>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
+
+#include "openmtia/recycler.h"
 
 namespace omr {
 
@@ -62,6 +67,7 @@ struct DeviceProperties {
   int major = 0, minor = 0;   // compute capability
   int processor_count = 0;
   bool host_addressable = false;  // device pointers may be dereferenced on the host
+  bool asynchronous = false;      // tasks run on the device while the host goes on (OMTIA_DEVICE_ASYNC)
 };
 
 constexpr int kMaxDevices = 64;  // OPENMTIA_DEVICE_COUNT may not exceed it
@@ -74,10 +80,11 @@ constexpr int kMaxDevices = 64;  // OPENMTIA_DEVICE_COUNT may not exceed it
 bool inBadFork() noexcept;
 
 // The runtime's settings; -1 / 0: the default (2 devices of 8 GiB, queues of
-// 1024 tasks, no launch blocking). The framework's client reads them from
+// 1024 tasks, no launch blocking). The client reads them from
 // OPENMTIA_DEVICE_COUNT, OPENMTIA_DEVICE_MEMORY, OPENMTIA_LAUNCH_QUEUE_DEPTH
-// and OPENMTIA_LAUNCH_BLOCKING; the engine reads no environment. Only before
-// the runtime's first use (else kInvalidValue).
+// and OPENMTIA_LAUNCH_BLOCKING and passes the first three to the driver as
+// initialize() options. Only before the runtime's first use (else
+// kInvalidValue).
 struct RuntimeConfig {
   int device_count = -1;
   size_t device_memory = 0;
@@ -87,8 +94,7 @@ struct RuntimeConfig {
 void configure(const RuntimeConfig& config);
 
 // The loaded driver's name ("emulated", "reference", ...), or why none
-// could be loaded ("" if one was). Only where the runtime is a driver's
-// client (openmtia._C), not in the engine itself.
+// could be loaded ("" if one was).
 std::string driverName();
 std::string driverError();
 
@@ -134,10 +140,6 @@ int streamPriority(StreamId stream);  // 0 normal, -1 high
 // Next stream of the pool (round robin). priority < 0 selects the high pool.
 StreamId streamFromPool(int device, int priority);
 void checkStream(int device, StreamId stream);
-// A stream of its own (beyond the pools), shown as `label` in messages and
-// trace records; destroyed once it ran what was launched on it.
-StreamId streamCreate(int device, int64_t label);
-void streamDestroy(int device, StreamId stream);
 
 using Task = std::function<void()>;
 // Each stream queues at most launchQueueDepth() pending tasks
@@ -156,12 +158,41 @@ void setWaitHook(WaitHook hook);
 // thread needs.
 using IdleHook = void (*)();
 void setIdleHook(IdleHook hook);
-// Enqueue a task; returns at once (or once its queue has room). The task runs on the stream's worker; what
-// it captured is destroyed later on a host thread (at the next launch, query or
-// synchronization of that stream), never on the worker. A task that throws records its error on the
-// stream; the error is raised (as TaskError) at the next synchronization of that
-// stream, its device, or an event recorded after it. The stream keeps running.
-void launch(int device, StreamId stream, std::string name, Task task);
+// A task as the driver takes it (OmtiaLaunchArgs): fn(user) runs it and
+// returns null, or the failure's message (valid until the thread's next
+// task); destroy(user) runs on a host thread once the task is done with.
+struct HostTask {
+  const char* (*fn)(void* user) = nullptr;
+  void* user = nullptr;
+  void (*destroy)(void* user) = nullptr;
+};
+// Enqueue a task; returns at once (or once its queue has room). The task runs
+// on the stream's worker; what it captured is destroyed later on a host thread
+// (at the next launch, query or synchronization of that stream), never on the
+// worker. A task that fails records its error on the stream; the error is
+// raised (as TaskError) at the next synchronization of that stream, its
+// device, or an event recorded after it. The stream keeps running. The launch
+// owns the task from the call on: if it throws, destroy has run (or will).
+void launch(int device, StreamId stream, const char* name, HostTask task);
+namespace detail {
+// Runs call(box), returning what it throws as the task's failure message.
+const char* runGuarded(void (*call)(void*), void* box);
+template <typename F>
+struct TaskBox {
+  F fn;
+  static void call(void* box) { static_cast<TaskBox*>(box)->fn(); }
+  static const char* run(void* box) { return runGuarded(&call, box); }
+  static void destroy(void* box) { Recycler<TaskBox>::release(static_cast<TaskBox*>(box)); }
+};
+}  // namespace detail
+// Any callable (a lambda, a Task) that throws on failure: moved into one box
+// (from a per-thread free list: no std::function, no malloc per launch).
+template <typename F, typename = std::enable_if_t<!std::is_same_v<std::decay_t<F>, HostTask>>>
+void launch(int device, StreamId stream, const char* name, F&& fn) {
+  using Box = detail::TaskBox<std::decay_t<F>>;
+  Box* box = Recycler<Box>::make(Box{std::forward<F>(fn)});
+  launch(device, stream, name, HostTask{&Box::run, box, &Box::destroy});
+}
 // With OPENMTIA_LAUNCH_BLOCKING=1 every launch waits for its task and raises
 // its error at once (like CUDA_LAUNCH_BLOCKING).
 bool launchBlocking();
@@ -191,7 +222,7 @@ void stopWorkers();
 struct TaskRecord {
   int device;
   StreamId stream;
-  const std::string* name;
+  const char* name;  // valid during the sink's call
   uint64_t tag;
   int64_t start_ns, end_ns;
 };

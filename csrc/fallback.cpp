@@ -47,6 +47,7 @@
 #include <unordered_set>
 
 #include "common.h"
+#include "device_access.h"
 #include "low_precision.h"
 #include "meta_kernels.h"
 #include "plan_cache.h"
@@ -127,11 +128,20 @@ class HostCall {
     const size_t nargs = schema.arguments().size();
     const size_t first = stack_->size() - nargs;
     c10::DeviceGuard guard(c10::Device(kMTIA, device()));
+    // Device memory the host may not touch: the kernel runs on host copies
+    // of the arguments' storages, and the ones it may write go back after it
+    // (device_access.h). The copies read the device: after its stream.
+    staged_ = !hostAddressable(device_);
+    if (staged_) wait = true;
     if (wait) syncCurrentStream(device_);
     waited_ = wait;
     for (size_t i = 0; i < nargs; ++i) {
-      const auto& type = schema.arguments()[i].type();
-      (*stack_)[first + i] = toHost((*stack_)[first + i], type);
+      const auto& arg = schema.arguments()[i];
+      if (staged_ && arg.alias_info() && arg.alias_info()->isWrite())
+        forEachTensor((*stack_)[first + i], [this](const at::Tensor& t) {
+          if (t.defined() && t.device().type() == kMTIA) written_.insert(t.storage().unsafeGetStorageImpl());
+        });
+      (*stack_)[first + i] = toHost((*stack_)[first + i], arg.type());
     }
     {
       HostKernelScope host_kernel(kernelWork(op_, workElements(*stack_)));  // (its threads: common.h)
@@ -184,7 +194,9 @@ class HostCall {
     c10::StorageImpl* si = t.storage().unsafeGetStorageImpl();
     auto sit = storages_.find(si);
     if (sit == storages_.end())
-      sit = storages_.emplace(si, hostStorageOf(t.storage(), hostLabelledDeviceAllocator(device_))).first;
+      sit = storages_.emplace(si, staged_ ? stageToHost(t.storage())
+                                          : hostStorageOf(t.storage(), hostLabelledDeviceAllocator(device_)))
+                .first;
     at::Tensor h = hostViewOn(sit->second, t);
     by_impl_.emplace(impl, Pair{t, h});
     host_impl_to_device_.emplace(h.unsafeGetTensorImpl(), t);
@@ -202,6 +214,10 @@ class HostCall {
   // go back to the mtia tensors.
   void writeBack() {
     for (auto& [si, host] : storages_) {
+      if (staged_) {  // what the kernel may have written goes back (into new device memory if it resized it)
+        if (written_.count(si)) stageToDevice(host, c10::Storage(c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(si)));
+        continue;
+      }
       c10::StorageImpl* h = host.unsafeGetStorageImpl();
       if (h->data() == si->data()) continue;  // not reallocated (CPU resizes always reallocate)
       // the kernel grew the storage with device memory (a CPU-labelled device
@@ -257,7 +273,9 @@ class HostCall {
       syncCurrentStream(device_);
       waited_ = true;
     }
-    if (dense) {
+    if (staged_) {
+      writeFromHost(out, src);
+    } else if (dense) {
       OMR_CALL(omr::memcpy(out.data_ptr(), src.data_ptr(), static_cast<size_t>(src.numel()) * src.element_size(),
                            omr::CopyKind::kHostToDevice));
     } else {
@@ -278,6 +296,8 @@ class HostCall {
   torch::jit::Stack* stack_;
   c10::DeviceIndex device_ = -1;
   bool waited_ = false;  // for the current stream
+  bool staged_ = false;  // host copies of the device storages (device memory not host-addressable)
+  std::unordered_set<c10::StorageImpl*> written_;                  // (staged) device storages the op may write
   std::unordered_map<c10::StorageImpl*, c10::Storage> storages_;  // device storage -> host storage
   std::unordered_map<c10::TensorImpl*, Pair> by_impl_;            // device impl -> pair
   std::unordered_map<c10::TensorImpl*, at::Tensor> host_impl_to_device_;
@@ -1148,6 +1168,10 @@ class AsyncCall {
                                            const std::vector<c10::IValue>& host,
                                            const std::vector<std::pair<size_t, at::Tensor>>& outs) {
     if (!plan.resized.empty()) return nullptr;
+    // Building the kernel's iterator converts an input of another dtype on
+    // this (host) thread (prebuilt.cpp then declines the snapshot): where
+    // the host may not read device memory, captured ops keep their task.
+    if (!hostAddressable(device_)) return nullptr;
     std::vector<at::Tensor> targets;
     if (plan.fresh) {
       for (const auto& [slot, out] : outs) targets.push_back(out);

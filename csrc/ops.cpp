@@ -16,6 +16,7 @@
 #include <torch/library.h>
 
 #include "common.h"
+#include "device_access.h"
 #include "operand.h"
 
 namespace openmtia {
@@ -148,7 +149,7 @@ at::Tensor& set_empty(at::Tensor& self) {
 c10::Scalar local_scalar_dense(const at::Tensor& self) {
   TORCH_CHECK(self.numel() > 0, "_local_scalar_dense: tensor has no elements");
   syncCurrentStream(self.device().index());  // the value may still be being written
-  return at::_local_scalar_dense(hostView(self));
+  return readScalar(self);
 }
 
 // The fill task: CPU's fill kernel over a host view of self. Like CPU's (and

@@ -238,6 +238,10 @@ PYBIND11_MODULE(_C, m) {
   // held it fails (something it expected to return at once waited instead).
   m.def("_launch_blocking_task", [](int device, double timeout_s) {
     openmtia::checkDevice(static_cast<c10::DeviceIndex>(device));
+    // on a synchronous driver the gate would hold the launching thread itself
+    TORCH_CHECK(OMR_CALL(omr::deviceProperties(device)).asynchronous,
+                "_launch_blocking_task needs an asynchronous driver (OMTIA_DEVICE_ASYNC); the loaded one runs "
+                "tasks on the launching thread (a test that holds a stream is marked needs_async)");
     auto gate = std::make_shared<Gate>();
     openmtia::launchOnCurrentStream(static_cast<c10::DeviceIndex>(device), "test_gate", [gate, timeout_s] {
       if (!gate->wait(timeout_s))

@@ -158,15 +158,6 @@ def collectives(rank, world, port):
         close_equal(x, torch.arange(3.), "recv")
         dist.isend(x * 2, 0).wait()
 
-    # both ranks send first, then receive, 16 MB each way (more than a socket holds)
-    big = torch.full((4 << 20,), float(rank), device=dev)
-    got = torch.empty_like(big)
-    peer = 1 - rank
-    reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, big, peer), dist.P2POp(dist.irecv, got, peer)])
-    for r in reqs:
-        r.wait()
-    close_equal(got[-4:], torch.full((4,), float(peer)), "batch_isend_irecv")
-
     # a subgroup
     sub = dist.new_group([0, 1])
     t = full(float(rank + 1))
@@ -226,6 +217,22 @@ def init_forms(rank, world, port, form):
     else:
         dist.all_reduce(c)
         close_equal(c, torch.full((4,), 3.0), f"{form}: CPU all_reduce")
+    dist.destroy_process_group()
+
+
+def sends_first(rank, world, port):
+    """Both ranks send first, then receive, 16 MB each way (more than a socket
+    holds): the sends and receives run on streams of their own, at once. (A
+    synchronous driver runs the send on the calling thread, which then never
+    posts its receive: needs_async.)"""
+    dev = init(rank, world, port)
+    big = torch.full((4 << 20,), float(rank), device=dev)
+    got = torch.empty_like(big)
+    peer = 1 - rank
+    reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, big, peer), dist.P2POp(dist.irecv, got, peer)])
+    for r in reqs:
+        r.wait()
+    close_equal(got[-4:], torch.full((4,), float(peer)), "batch_isend_irecv")
     dist.destroy_process_group()
 
 

@@ -31,6 +31,7 @@ def first_calls():
     return openmtia._C._plan_cache_stats()["first_calls"]
 
 
+@pytest.mark.needs_async
 @pytest.mark.parametrize("case", ["structured", "not_structured", "bf16_statistics"])
 def test_a_signatures_first_call_runs_once_on_the_real_data_then_later_calls_are_async(case):
     # the first call of a signature waits for the stream and runs the CPU
@@ -123,6 +124,7 @@ def test_ops_with_a_python_cpu_kernel_run_on_the_calling_thread():
     assert torch.equal(y.cpu(), x.cpu() * 2)
 
 
+@pytest.mark.needs_async
 def test_cpu_scalar_tensors_next_to_mtia_tensors_run_async():
     # copysign's meta kernel (a Python reference) rejects a CPU scalar next to
     # a device tensor, which the CPU kernel (and CUDA) accepts
@@ -137,6 +139,7 @@ def test_cpu_scalar_tensors_next_to_mtia_tensors_run_async():
     assert z.dtype == torch.float32 and torch.equal(z.cpu(), x.cpu().abs())
 
 
+@pytest.mark.needs_async
 def test_plans_take_the_cpu_kernels_strides():
     x = torch.randn(5, 3, device="mtia")
     first = double_colmajor(x)  # its meta kernel says column-major; the CPU kernel's result is row-major
@@ -149,6 +152,7 @@ def test_plans_take_the_cpu_kernels_strides():
     assert torch.equal(second.cpu(), x.cpu() * 2)
 
 
+@pytest.mark.needs_async
 def test_plans_come_from_the_cpu_kernel_not_a_contradicting_meta_kernel():
     x = torch.randn(4, device="mtia")
     torch.mtia.synchronize()
@@ -161,6 +165,7 @@ def test_plans_come_from_the_cpu_kernel_not_a_contradicting_meta_kernel():
     assert y.shape == (4,) and torch.equal(y.cpu(), x.cpu() * 2)
 
 
+@pytest.mark.needs_async
 def test_random_ops_are_async_and_follow_program_order():
     def draws():
         return [torch.rand(100, device="mtia"), torch.randn(3, 5, device="mtia"),
@@ -216,6 +221,7 @@ def test_kernels_allocate_their_results_in_the_device_outputs():
     torch.testing.assert_close(F.conv2d(x, w, padding=1).cpu(), F.conv2d(xc, wc, padding=1))
 
 
+@pytest.mark.needs_async
 def test_ops_return_before_they_run():
     a = torch.randn(512, 512, device="mtia")
     warm(lambda: (a @ a * 2).sum(1))
@@ -230,6 +236,7 @@ def test_ops_return_before_they_run():
     torch.testing.assert_close(d.cpu(), ((ac @ ac) * 2).sum(1), rtol=1e-4, atol=1e-3)
 
 
+@pytest.mark.needs_async
 def test_in_order_execution_of_many_ops():
     x = torch.zeros(1000, device="mtia")
     warm(lambda: (x.add_(0), x * 3))
@@ -242,6 +249,7 @@ def test_in_order_execution_of_many_ops():
     assert torch.equal(y.cpu(), torch.full((1000,), 300.0))
 
 
+@pytest.mark.needs_async
 def test_streams_are_independent():
     s1, s2 = torch.Stream(device="mtia"), torch.Stream(device="mtia")
     warm(lambda: torch.arange(10.0, device="mtia") * 2)
@@ -256,6 +264,7 @@ def test_streams_are_independent():
     s1.synchronize()
 
 
+@pytest.mark.needs_async
 def test_wait_stream_orders_consumers_after_producers():
     producer = torch.Stream(device="mtia")
     warm(lambda: torch.full((100,), 5.0, device="mtia") + 1)
@@ -269,6 +278,7 @@ def test_wait_stream_orders_consumers_after_producers():
     assert torch.equal(y.cpu(), torch.full((100,), 6.0))
 
 
+@pytest.mark.needs_async
 def test_event_orders_work_across_streams():
     s1, s2 = torch.Stream(device="mtia"), torch.Stream(device="mtia")
     done = torch.Event(device="mtia")
@@ -286,6 +296,7 @@ def test_event_orders_work_across_streams():
         assert y.item() == 350.0
 
 
+@pytest.mark.needs_async
 def test_record_stream_keeps_memory_until_the_stream_used_it():
     side = torch.Stream(device="mtia")
     x = torch.full((1 << 16,), 3.0, device="mtia")
@@ -337,6 +348,7 @@ def test_launch_blocking_raises_at_the_failing_op():
     assert r.stdout.split("\n")[:2] == ["raised at the op: True", "2.0"]
 
 
+@pytest.mark.needs_async
 def test_data_dependent_and_scalar_ops_wait():
     x = torch.tensor([0.0, 1.0, 0.0, 2.0], device="mtia")
     gate = hold()
@@ -346,6 +358,7 @@ def test_data_dependent_and_scalar_ops_wait():
     assert torch.mtia.current_stream().query()
 
 
+@pytest.mark.needs_async
 def test_tasks_snapshot_metadata_at_launch():
     """In-place metadata changes after an op was launched do not change the op."""
     x = torch.zeros(4, 4, device="mtia")
@@ -367,6 +380,7 @@ def test_tasks_snapshot_metadata_at_launch():
     assert torch.equal(z.cpu(), torch.full((3, 2), 5.0))
 
 
+@pytest.mark.needs_async
 def test_a_gate_not_released_in_time_fails_the_test_that_held_it():
     # a test gate opens after its timeout (nothing hangs), but its task fails:
     # the sync that follows raises, so a test that relied on the hold fails

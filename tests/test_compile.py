@@ -70,6 +70,7 @@ def test_bad_backend_name_is_rejected(monkeypatch):
 
 
 # ------------------------------------------------------------ device work
+@pytest.mark.needs_async
 def test_compiled_call_returns_before_its_kernels_run():
     f = torch.compile(lambda a, b: torch.relu(a @ b) * 2 + 1)
     a, b = torch.randn(64, 64, device="mtia"), torch.randn(64, 64, device="mtia")
@@ -83,6 +84,7 @@ def test_compiled_call_returns_before_its_kernels_run():
     torch.testing.assert_close(out.cpu(), torch.relu(a.cpu() @ b.cpu()) * 2 + 1)
 
 
+@pytest.mark.needs_async
 def test_compiled_kernels_are_ordered_with_eager_ops():
     f = torch.compile(lambda x: x.sin() * 3 + x)
     x = torch.zeros(1000, device="mtia")
@@ -101,6 +103,7 @@ def test_compiled_kernels_are_ordered_with_eager_ops():
     assert x.cpu().eq(0).all()
 
 
+@pytest.mark.needs_async
 def test_compiled_kernels_run_on_the_current_stream():
     f = torch.compile(lambda x: x * 2)
     x = torch.ones(100, device="mtia")
@@ -117,6 +120,7 @@ def test_compiled_kernels_run_on_the_current_stream():
     assert y.cpu().eq(2).all()
 
 
+@pytest.mark.needs_async
 def test_cpu_scalar_inputs_are_read_at_launch():
     f = torch.compile(lambda a, s: a * s + 1)
     a, s = torch.ones(8, device="mtia"), torch.tensor(3.0)

@@ -141,6 +141,7 @@ class TestNonBlocking:
 
         return openmtia._C._launch_blocking_task(device, timeout_s)
 
+    @pytest.mark.needs_async
     def test_pinned_h2d_returns_before_the_copy_runs(self):
         src = torch.arange(1 << 16, dtype=torch.float32).pin_memory()
         assert src.is_pinned()
@@ -151,6 +152,7 @@ class TestNonBlocking:
         torch.mtia.synchronize()
         assert torch.equal(dst.cpu(), src)
 
+    @pytest.mark.needs_async
     def test_pinned_d2h_returns_before_the_copy_runs(self):
         x = torch.arange(1000, dtype=torch.int64, device="mtia")
         out = torch.zeros(1000, dtype=torch.int64).pin_memory()
@@ -162,6 +164,7 @@ class TestNonBlocking:
         torch.mtia.current_stream().synchronize()
         assert torch.equal(out, torch.arange(1000))
 
+    @pytest.mark.needs_async
     def test_pageable_copy_is_synchronous(self):
         import time
 
@@ -182,6 +185,7 @@ class TestNonBlocking:
         assert torch.equal(dst.cpu(), src.t().double())
 
 
+@pytest.mark.needs_async
 def test_a_dtype_conversion_on_the_device_takes_its_operands_at_the_call():
     # .to(dtype) and a converting copy_ of contiguous tensors take the
     # elements at the call: metadata the host changes afterwards (t_(),

@@ -60,6 +60,7 @@ def test_streams():
     assert x.sum().item() == 300
 
 
+@pytest.mark.needs_async
 def test_stream_query_reflects_pending_work():
     s = torch.Stream(device="mtia")
     with torch.mtia.stream(s):
@@ -70,6 +71,7 @@ def test_stream_query_reflects_pending_work():
     assert s.query()
 
 
+@pytest.mark.needs_async
 def test_events_order_streams_and_time():
     s1, s2 = torch.Stream(device="mtia"), torch.Stream(device="mtia")
     start = torch.Event(device="mtia", enable_timing=True)
@@ -104,6 +106,7 @@ def test_elapsed_time_requires_timing():
         a.elapsed_time(b)
 
 
+@pytest.mark.needs_async
 def test_wait_stream():
     s = torch.Stream(device="mtia")
     with torch.mtia.stream(s):

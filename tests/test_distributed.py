@@ -50,6 +50,12 @@ def test_collectives():
     spawn(dist_workers.collectives)
 
 
+@pytest.mark.needs_async
+def test_both_ranks_sending_first_do_not_deadlock():
+    spawn(dist_workers.sends_first)
+
+
+@pytest.mark.needs_async
 def test_collective_stream_semantics():
     spawn(dist_workers.stream_semantics)
 

@@ -43,6 +43,7 @@ def run_python(code, env=None, timeout=300):
 
 # ---------------------------------------------------------------- 1. memory in stream order
 
+@pytest.mark.needs_async
 def test_memory_freed_by_the_host_is_reused_at_once_on_its_stream():
     a = torch.randn(1024, 1024, device="mtia")
     warm(lambda: a @ a)
@@ -60,6 +61,7 @@ def test_memory_freed_by_the_host_is_reused_at_once_on_its_stream():
     assert torch.allclose(b.cpu(), a.cpu() @ a.cpu(), atol=1e-3, rtol=1e-4)
 
 
+@pytest.mark.needs_async
 def test_a_reused_block_keeps_stream_order():
     # x's block goes back at `del x` while the task that reads it is still queued;
     # the next allocation gets it, and its writer runs after that reader
@@ -77,6 +79,7 @@ def test_a_reused_block_keeps_stream_order():
     assert torch.equal(z.cpu(), torch.full((1 << 16,), 5.0))
 
 
+@pytest.mark.needs_async
 def test_record_stream_defers_reuse_until_the_other_stream_passed_the_free():
     side = torch.mtia.Stream()
     x = torch.ones(1 << 16, device="mtia")
@@ -128,6 +131,7 @@ def adamw_steps(model, opt, data, target, steps):
         opt.step()
 
 
+@pytest.mark.needs_async
 def test_a_warm_adamw_loop_is_flat_while_the_device_is_busy():
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10)).to("mtia")
@@ -153,6 +157,7 @@ def test_ten_thousand_steps_without_a_sync_run_on_a_256M_device():
     assert int(out.split()[-1]) <= 8 * MiB
 
 
+@pytest.mark.needs_async
 def test_empty_cache_waits_for_queued_work_using_freed_blocks():
     warm(lambda: torch.full((1 << 20,), 2.0, device="mtia") * 3)
     gate = hold()
@@ -169,6 +174,7 @@ def test_empty_cache_waits_for_queued_work_using_freed_blocks():
 
 # ---------------------------------------------------------------- 2. bounded launch queue
 
+@pytest.mark.needs_async
 def test_a_launch_into_a_full_queue_waits_without_the_gil():
     depth = 64
     out = run_python(f"""

@@ -112,7 +112,10 @@ def test_replays_of_elementwise_op_samples_equal_cpu_on_new_inputs(inplace):
     assert not mismatches, "\n".join(mismatches)
     # the fast path is taken: most of these samples replay a prebuilt kernel
     print(f"{cases} samples, {prebuilt} replayed prebuilt kernels")
-    assert cases > 400 and prebuilt > 0.4 * cases, (cases, prebuilt)
+    if torch.mtia.get_device_properties(0)["host_addressable"]:
+        assert cases > 400 and prebuilt > 0.4 * cases, (cases, prebuilt)
+    else:  # (prebuilding reads device memory on the host: off, OPENMTIA_STRICT_MEMORY=1)
+        assert cases > 400 and prebuilt == 0, (cases, prebuilt)
 
 
 def test_replays_read_inputs_that_the_iterator_would_convert():

@@ -12,6 +12,7 @@ import sys
 import textwrap
 import time
 
+import pytest
 import torch
 
 HELPERS = """
@@ -58,6 +59,7 @@ def test_a_cpu_kernel_the_host_runs_leaves_no_openmp_team_on_the_host_thread():
     assert after == start, (start, after)
 
 
+@pytest.mark.needs_async
 def test_an_idle_stream_worker_ends_its_openmp_team():
     busy, idle, same = run("""
     x = torch.randn(1 << 24, device="mtia")

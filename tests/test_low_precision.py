@@ -230,6 +230,7 @@ def test_in_place_and_out_overloads_match_cpu(dtype, mode):
         close(out, torch.bmm(a[None], b[None]))
 
 
+@pytest.mark.needs_async
 @pytest.mark.parametrize("dtype", LOW, ids=str)
 def test_queued_calls_share_their_float32_scratch_and_stay_correct(dtype):
     """The float32 stand-ins of a call are freed once its task is launched:

@@ -115,6 +115,7 @@ def test_memory_history_records_segments_and_ooms():
     assert oom["size"] == 4 << 40 and oom["device_free"] > 0
 
 
+@pytest.mark.needs_async
 def test_pinned_blocks_are_cached_and_reused_only_after_the_copy_completed():
     import openmtia
     torch.accelerator.empty_host_cache()

@@ -28,6 +28,7 @@ def hold():
     return openmtia._C._launch_blocking_task(0, 10.0)
 
 
+@pytest.mark.needs_async
 def test_a_new_shape_of_a_known_family_returns_before_it_runs_with_cpus_values():
     a, b = torch.randn(5, 7, dtype=torch.float64), torch.randn(5, 7, dtype=torch.float64)
     first = stats()
@@ -66,6 +67,7 @@ def test_a_new_shape_takes_cpus_strides_and_broadcasting():
         assert got.stride() == want.stride() and torch.equal(got.cpu(), want)
 
 
+@pytest.mark.needs_async
 def test_a_new_shape_of_matmul_runs_once_asynchronously():
     torch.randn(3, 4, device="mtia") @ torch.randn(4, 5, device="mtia")
     torch.mtia.synchronize()
@@ -178,6 +180,7 @@ SAMPLERS = [
 ]
 
 
+@pytest.mark.needs_async
 @pytest.mark.parametrize("name", [s[0] for s in SAMPLERS])
 def test_a_new_shape_of_an_in_place_sampler_is_asynchronous_and_draws_as_a_first_call(name):
     # an in-place sampler's checks are of its numbers and dtype (in the family

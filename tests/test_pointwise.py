@@ -70,6 +70,7 @@ def test_alpha_other_than_one_takes_the_boxed_fallback(op):
     torch.testing.assert_close(fn(a.to("mtia"), b.to("mtia"), alpha=0.3).cpu(), fn(a, b, alpha=0.3), rtol=0, atol=0)
 
 
+@pytest.mark.needs_async
 @pytest.mark.parametrize("op", ["add", "sub", "mul", "div"])
 def test_the_unboxed_path_is_asynchronous(op):
     x = torch.ones(64, device="mtia")
@@ -189,6 +190,7 @@ def test_in_place_operands_that_partly_overlap_raise_at_the_call():
     assert torch.equal(x.cpu(), xc + xc)
 
 
+@pytest.mark.needs_async
 def test_the_operands_are_taken_at_the_call():
     # the task runs later: metadata the host changes after the call (t_(),
     # resize_, set_) must not change what it computes

@@ -25,6 +25,7 @@
 #include <sstream>
 
 #include "common.h"
+#include "device_access.h"
 #include "distributed/work.h"
 
 namespace openmtia::dist {
@@ -64,19 +65,15 @@ void addTransfers(Signature& sig, int rank, const std::vector<int64_t>& sends, c
   sig[kExpects] = static_cast<int64_t>(e);
 }
 
-Tensors hostViews(const Tensors& ts) {
-  Tensors out;
-  out.reserve(ts.size());
-  for (const auto& t : ts) out.push_back(t.device().type() == kMTIA ? hostView(t) : t);
-  return out;
-}
-
-std::vector<Tensors> hostViews(const std::vector<Tensors>& lists) {
-  std::vector<Tensors> out;
-  out.reserve(lists.size());
-  for (const auto& l : lists) out.push_back(hostViews(l));
-  return out;
-}
+// What Gloo gets for a device tensor where device memory is not
+// host-addressable (device_access.h): a host buffer of its layout, filled
+// from the device by the collective's task before Gloo runs and, for the
+// outputs, written back after it (Gloo's syscalls and threads are the host's).
+struct Staged {
+  at::Tensor device;  // a host view of the device tensor: only the task (the device) touches it
+  at::Tensor host;
+  c10::StorageImpl* storage;
+};
 
 Tensors flat(const std::vector<Tensors>& lists) {
   Tensors out;
@@ -112,6 +109,34 @@ class MtiaBackend final : public c10d::Backend {
   }
 
   const std::string getBackendName() const override { return "openmtia"; }
+
+  // The tensors Gloo gets: host views of device tensors, or host buffers
+  // staged by the next issue()'s task (Staged).
+  Tensors hostViews(const Tensors& ts) {
+    Tensors out;
+    out.reserve(ts.size());
+    for (const auto& t : ts) {
+      if (t.device().type() != kMTIA) {
+        out.push_back(t);
+        continue;
+      }
+      at::Tensor view = hostView(t);
+      if (hostAddressable(t.device().index())) {
+        out.push_back(view);
+        continue;
+      }
+      at::Tensor host = at::empty_strided(view.sizes(), view.strides(), view.options());
+      staging_.push_back({view, host, t.storage().unsafeGetStorageImpl()});
+      out.push_back(host);
+    }
+    return out;
+  }
+  std::vector<Tensors> hostViews(const std::vector<Tensors>& lists) {
+    std::vector<Tensors> out;
+    out.reserve(lists.size());
+    for (const auto& l : lists) out.push_back(hostViews(l));
+    return out;
+  }
   void setTimeout(std::chrono::milliseconds timeout) override {
     gloo_->setTimeout(timeout);
     if (check_) check_->setTimeout(timeout);
@@ -638,6 +663,15 @@ class MtiaBackend final : public c10d::Backend {
       check_work = check_->_allgather_base(all_sigs, mine, c10d::AllgatherOptions());
     }
 
+    // the staged buffers of this op's tensors (hostViews), and which go back (the outputs')
+    std::vector<Staged> stage_in = std::move(staging_), stage_out;
+    staging_.clear();
+    for (const Staged& s : stage_in)
+      for (const at::Tensor& o : outputs)
+        if (o.defined() && o.device().type() == kMTIA && o.storage().unsafeGetStorageImpl() == s.storage) {
+          stage_out.push_back(s);
+          break;
+        }
     auto op = std::make_shared<CommOp>(name, std::move(outputs));
     if (dev >= 0 || host_wait) {
       // the communication stream waits for the caller's stream
@@ -654,14 +688,17 @@ class MtiaBackend final : public c10d::Backend {
     }
     int size = getSize(), rank = getRank();
     OMR_CALL(omr::launch(exec, stream, (std::string("c10d:") + name).c_str(),
-                         [op, run = std::move(run), check_work, all_sigs, size, rank, sizes = std::move(sizes)] {
+                         [op, run = std::move(run), check_work, all_sigs, size, rank, sizes = std::move(sizes),
+                          stage_in = std::move(stage_in), stage_out = std::move(stage_out)] {
                            try {
                              if (check_work) {
                                check_work->wait();
                                compareSignatures(all_sigs, size, rank, sizes);
                              }
+                             for (const Staged& s : stage_in) s.host.copy_(s.device);
                              WorkPtr w = run();
                              if (w) w->wait();
+                             for (const Staged& s : stage_out) s.device.copy_(s.host);
                              op->finish(nullptr);
                            } catch (abi::__forced_unwind&) {
                              throw;  // the thread is being ended (see the stream worker's loop)
@@ -680,6 +717,7 @@ class MtiaBackend final : public c10d::Backend {
   int device_ = -1;
   omr::StreamId comm_stream_ = 0, send_stream_ = 0, recv_stream_ = 0;
   uint64_t seq_ = 0;
+  std::vector<Staged> staging_;  // hostViews' buffers, taken by the next issue()
 };
 
 }  // namespace

@@ -39,9 +39,9 @@ def _closed_runtime_flags():
 
 def _interpret_over_device_memory():
     """Triton's interpreter stages every tensor argument through a host copy of
-    its storage. mtia memory is host-addressable: an interpreted launch on mtia
-    tensors waits for the current stream, then runs over host views of the
-    device memory itself, on the calling thread, so it is ordered with the
+    its storage. Where mtia memory is host-addressable, an interpreted launch
+    on mtia tensors waits for the current stream, then runs over host views of
+    the device memory itself, on the calling thread, so it is ordered with the
     stream's work before and after it."""
     from torch.utils._pytree import tree_map
     from triton.runtime import interpreter
@@ -53,6 +53,10 @@ def _interpret_over_device_memory():
     def __call__(self, *args, **kwargs):
         devices = {a.device for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor) and a.is_mtia}
         if not devices:
+            return stock(self, *args, **kwargs)
+        if not all(torch.mtia.get_device_properties(d)["host_addressable"] for d in devices):
+            # device memory the host cannot touch (OPENMTIA_STRICT_MEMORY=1):
+            # Triton's own staging, host copies of the storages written back
             return stock(self, *args, **kwargs)
         for device in devices:
             torch.mtia.current_stream(device).synchronize()

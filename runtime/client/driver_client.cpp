@@ -131,6 +131,9 @@ void load(Driver& d) {
   if (d.config.launch_queue_depth) d.queue_depth = d.config.launch_queue_depth;
   else if (parseCount("OPENMTIA_LAUNCH_QUEUE_DEPTH", 1, 1L << 30, &v)) d.queue_depth = static_cast<size_t>(v);
   options.push_back({"launch_queue_depth", static_cast<int64_t>(d.queue_depth)});
+  int strict = d.config.strict_memory;
+  if (strict < 0 && parseCount("OPENMTIA_STRICT_MEMORY", 0, 1, &v)) strict = static_cast<int>(v);
+  if (strict == 1) options.push_back({"strict_memory", 1});
   if (d.config.launch_blocking >= 0) d.launch_blocking = d.config.launch_blocking == 1;
   else if (const char* s = std::getenv("OPENMTIA_LAUNCH_BLOCKING")) d.launch_blocking = std::string(s) == "1";
   OmtiaInitArgs args{sizeof(OmtiaInitArgs), options.data(), options.size()};
@@ -138,6 +141,15 @@ void load(Driver& d) {
   if (t->initialize(&args) != OMTIA_SUCCESS || t->device_count(&count) != OMTIA_SUCCESS) {
     d.error = "the mtia driver " + path + " failed to start: " + lastMessage(t);
     return;
+  }
+  if (strict == 1 && count > 0) {  // a driver that does not know the option leaves its memory host-addressable
+    OmtiaDeviceProperties p{};
+    p.struct_size = sizeof p;
+    if (t->device_properties(0, &p) == OMTIA_SUCCESS && (p.flags & OMTIA_DEVICE_HOST_ADDRESSABLE)) {
+      d.error = "the mtia driver " + path + " has no strict memory mode (OPENMTIA_STRICT_MEMORY=1): its device "
+                "memory stays host-addressable";
+      return;
+    }
   }
   d.count = count;
   d.table = t;
@@ -272,7 +284,9 @@ void checkDevice(int device) {
                                                " (device count is " + std::to_string(n) + ")");
 }
 
+// (Device indices are checked here, so every driver's bad index gives the same message.)
 DeviceProperties deviceProperties(int device) {
+  checkDevice(device);
   OmtiaDeviceProperties p{};
   p.struct_size = sizeof p;
   check(T().device_properties(device, &p));
@@ -288,6 +302,7 @@ DeviceProperties deviceProperties(int device) {
 }
 
 void memGetInfo(int device, size_t* free_bytes, size_t* total_bytes) {
+  checkDevice(device);
   size_t f = 0, t = 0;
   check(T().mem_get_info(device, &f, &t));
   if (free_bytes) *free_bytes = f;
@@ -297,6 +312,7 @@ void memGetInfo(int device, size_t* free_bytes, size_t* total_bytes) {
 // ------------------------------------------------------------ memory
 
 void* deviceMalloc(int device, size_t bytes) {
+  checkDevice(device);
   void* p = nullptr;
   check(T().mem_alloc(device, bytes, &p));
   return p;
@@ -354,18 +370,7 @@ void setIdleHook(IdleHook hook) { check(T().set_idle_hook(hook)); }
 
 namespace detail {
 const char* runGuarded(void (*call)(void*), void* box) {
-  thread_local std::string message;
-  try {
-    call(box);
-    return nullptr;
-  } catch (abi::__forced_unwind&) {
-    throw;  // the thread is being ended (pthread_exit): let it through
-  } catch (const std::exception& e) {
-    message = e.what();
-  } catch (...) {
-    message = "unknown exception";
-  }
-  return message.c_str();
+  return runCatching([&] { call(box); });
 }
 }  // namespace detail
 
@@ -418,9 +423,15 @@ bool streamQuery(int device, StreamId stream) {
 
 void streamSynchronize(int device, StreamId stream) { check(T().stream_synchronize(handle(device, stream))); }
 
-void deviceSynchronize(int device) { check(T().device_synchronize(device)); }
+void deviceSynchronize(int device) {
+  checkDevice(device);
+  check(T().device_synchronize(device));
+}
 
-void deviceWaitIdle(int device) { check(T().device_wait_idle(device)); }
+void deviceWaitIdle(int device) {
+  checkDevice(device);
+  check(T().device_wait_idle(device));
+}
 
 void stopWorkers() {
   Driver& d = driver();

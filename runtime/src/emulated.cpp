@@ -16,12 +16,14 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <pthread.h>
 #include <sched.h>
 #include <thread>
 #include <vector>
 
 #include "openmtia/recycler.h"
+#include "strict_memory.h"
 
 namespace omr {
 namespace engine {
@@ -146,18 +148,7 @@ struct GraphTasks {
 
 // A Task (std::function) as a HostTask: fn turns what it throws into the message.
 const char* runBoxed(void* user) {
-  thread_local std::string message;
-  try {
-    (*static_cast<Task*>(user))();
-    return nullptr;
-  } catch (abi::__forced_unwind&) {
-    throw;  // the thread is being ended (pthread_exit): let it through
-  } catch (const std::exception& e) {
-    message = e.what();
-  } catch (...) {
-    message = "unknown exception";
-  }
-  return message.c_str();
+  return omr::detail::runCatching(*static_cast<Task*>(user));
 }
 void destroyBoxed(void* user) { Recycler<Task>::release(static_cast<Task*>(user)); }
 HostTask box(Task task) { return HostTask{&runBoxed, Recycler<Task>::make(std::move(task)), &destroyBoxed}; }
@@ -215,6 +206,7 @@ struct Stream {
       std::string name = "mtia" + std::to_string(device) + "s" + std::to_string(label);
       pthread_setname_np(pthread_self(), name.c_str());
       t_on_worker = true;
+      if (strict::enabled()) strict::markDeviceThread(device);
       run();
     });
   }
@@ -239,6 +231,7 @@ struct Stream {
           // next task does not pay for waking a sleeping thread.
           uint64_t seen = started;
           lk.unlock();
+          if (strict::enabled()) strict::close(device);  // idle: what its tasks opened is closed
           auto until = Clock::now() + std::chrono::microseconds(kSpinMicros);
           while (enqueued_seen.load(std::memory_order_acquire) == seen && Clock::now() < until)
             std::this_thread::yield();
@@ -277,12 +270,15 @@ struct Stream {
     bool failed = false;
     TraceSink sink = g_trace_sink.load(std::memory_order_relaxed);
     int64_t start_ns = sink ? unixNowNs() : 0;
+    const bool strict_memory = strict::enabled();
+    if (strict_memory) strict::taskStarted(device);
     try {
       if (const char* msg = e.task.fn(e.task.user)) {
         failed = true;
         err = msg;
       }
     } catch (abi::__forced_unwind&) {
+      if (strict_memory) strict::taskEnded(device);
       // the thread is being ended (a task that took the GIL while Python
       // finalizes gets pthread_exit): let the unwinding through, or the
       // process aborts ("FATAL: exception not rethrown")
@@ -294,6 +290,7 @@ struct Stream {
       failed = true;
       err = "unknown exception";
     }
+    if (strict_memory) strict::taskEnded(device);
     if (sink) sink(TaskRecord{device, label, e.name.c_str(), e.tag, start_ns, unixNowNs()});
     // What a task captured is released by the host (drain()), never here:
     // destructors may need locks the host holds while it waits for us
@@ -399,7 +396,11 @@ struct Stream {
       started = enqueued;
       enqueued_seen.store(seq, std::memory_order_release);
     }
-    execute(*e);
+    {
+      std::optional<strict::DeviceWork> device_work;  // (a task run on the launching thread is the device's work)
+      if (strict::enabled()) device_work.emplace(device);
+      execute(*e);
+    }
     drain();
     return seq;
   }
@@ -464,6 +465,7 @@ struct Stream {
   void synchronize() {
     checkNotCapturing("synchronizing");
     waitFor(enqueuedNow());
+    if (strict::enabled()) strict::close(device);  // (before the host reads anything)
     raiseError();
   }
 };
@@ -543,12 +545,36 @@ class Runtime {
       devices_.back()->index = i;
       devices_.back()->capacity = cap;
     }
+    if (c.strict_memory == 1) {
+      strict::setLookup(&faultLookup);
+      strict::enable();
+    }
+  }
+  // For the fault handler: the device allocation holding addr. It waits for
+  // a device's mem_mu without blocking calls (no thread touches device
+  // memory while it holds one).
+  static bool faultLookup(const void* addr, int* device, void** base, size_t* size) {
+    Runtime& rt = get();
+    for (int i = 0; i < rt.count(); ++i) {
+      Device& d = *rt.devices_[i];
+      while (!d.mem_mu.try_lock()) cpuRelax();
+      auto found = d.allocations.find(addr);
+      d.mem_mu.unlock();
+      if (found.first) {
+        *device = i;
+        *base = found.first;
+        *size = found.second;
+        return true;
+      }
+    }
+    return false;
   }
   std::vector<std::unique_ptr<Device>> devices_;
 };
 
 Stream& getStream(int device, StreamId id) {
   checkNotForked();
+  if (strict::enabled()) strict::markHostThread();
   return Runtime::get().device(device).stream(id);
 }
 
@@ -580,7 +606,7 @@ DeviceProperties deviceProperties(int device) {
   p.major = 1;
   p.minor = 0;
   p.processor_count = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  p.host_addressable = true;
+  p.host_addressable = !strict::enabled();
   return p;
 }
 
@@ -603,7 +629,8 @@ void* deviceMalloc(int device, size_t bytes) {
     if (rounded > d.capacity - d.used) throw OutOfMemoryError(device, bytes, d.used, d.capacity);
     d.used += rounded;
   }
-  void* p = std::aligned_alloc(kAlignment, rounded);
+  if (strict::enabled()) strict::markHostThread();
+  void* p = strict::enabled() ? strict::map(device, rounded) : std::aligned_alloc(kAlignment, rounded);
   std::lock_guard<std::mutex> lk(d.mem_mu);
   if (!p) {
     d.used -= rounded;
@@ -623,8 +650,9 @@ void deviceFree(int device, void* ptr) {
     size_t n = d.allocations.remove(ptr);
     if (n == 0) throw Error(ErrorCode::kInvalidValue, "deviceFree: pointer not allocated on mtia:" + std::to_string(device));
     d.used -= n;
+    if (strict::enabled()) strict::unmap(ptr, n);  // (under mem_mu: the fault handler's lookup finds it or nothing)
   }
-  std::free(ptr);
+  if (!strict::enabled()) std::free(ptr);
 }
 
 Allocation pointerAllocation(const void* ptr) {
@@ -771,6 +799,7 @@ void deviceSynchronize(int device) {
   auto streams = Runtime::get().device(device).startedStreams();
   for (Stream* s : streams) s->checkNotCapturing("synchronizing the device");
   for (Stream* s : streams) s->waitFor(s->enqueuedNow());
+  if (strict::enabled()) strict::close(device);
   for (Stream* s : streams) s->raiseError();
 }
 
@@ -859,6 +888,7 @@ void eventSynchronize(Event* event) {
     device = st->device;
     stream = st->stream;
   }
+  if (strict::enabled()) strict::close(device);
   getStream(device, stream).raiseError();
 }
 
@@ -905,7 +935,11 @@ void checkCopy(void* dst, const void* src, size_t bytes, CopyKind kind) {
 void memcpy(void* dst, const void* src, size_t bytes, CopyKind kind) {
   checkNotForked();
   checkCopy(dst, src, bytes, kind);
-  if (bytes) std::memcpy(dst, src, bytes);
+  if (!bytes) return;
+  if (!strict::enabled()) return (void)std::memcpy(dst, src, bytes);
+  strict::markHostThread();
+  strict::DeviceWork device_work(-1);  // the device's copy engine, on the calling thread
+  std::memcpy(dst, src, bytes);
 }
 
 void memcpyAsync(void* dst, const void* src, size_t bytes, CopyKind kind, int device, StreamId stream) {

@@ -151,6 +151,7 @@ OmtiaStatus initialize(const OmtiaInitArgs* args) {
         if (!std::strcmp(o.name, "device_count")) c.device_count = static_cast<int>(std::min<int64_t>(o.value, 1 << 20));
         else if (!std::strcmp(o.name, "device_memory")) c.device_memory = static_cast<size_t>(o.value);
         else if (!std::strcmp(o.name, "launch_queue_depth")) c.launch_queue_depth = static_cast<size_t>(o.value);
+        else if (!std::strcmp(o.name, "strict_memory")) c.strict_memory = o.value ? 1 : 0;
       }
     }
     eng::configure(c);

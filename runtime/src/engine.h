@@ -70,15 +70,10 @@ void checkStream(int device, StreamId stream);
 StreamId streamCreate(int device, int64_t label);  // `label`: its number in messages and records
 void streamDestroy(int device, StreamId stream);   // once it ran what was launched on it
 
-// A task as the driver ABI hands it over: fn(user) runs it and returns null,
-// or the failure's message (valid until the thread's next task). destroy(user),
-// if set, runs on a host thread (a later launch, query or sync of the stream)
-// once the task is done with; in a graph, once the graph drops it.
-struct HostTask {
-  const char* (*fn)(void* user) = nullptr;
-  void* user = nullptr;
-  void (*destroy)(void* user) = nullptr;
-};
+// HostTask (openmtia/runtime.h): a task as the driver ABI hands it over.
+// destroy(user), if set, runs on a host thread (a later launch, query or sync
+// of the stream) once the task is done with; in a graph, once the graph drops it.
+using omr::HostTask;
 
 size_t launchQueueDepth();
 void setWaitHook(WaitHook hook);

@@ -97,7 +97,8 @@ typedef struct OmtiaErrorInfo {
 /* A named setting for initialize(): the driver takes the names it
  * documents and ignores others. The emulator's: "device_count",
  * "device_memory" (bytes per device), "launch_queue_depth" (pending work
- * per stream before a launch waits). */
+ * per stream before a launch waits), "strict_memory" (1: host threads
+ * cannot touch device memory, which is then not HOST_ADDRESSABLE). */
 typedef struct OmtiaOption {
   const char* name;
   int64_t value;

@@ -8,6 +8,8 @@
 // The emulator's own API is src/engine.h, behind the emulated driver.
 #pragma once
 
+#include <cxxabi.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -90,6 +92,7 @@ struct RuntimeConfig {
   size_t device_memory = 0;
   size_t launch_queue_depth = 0;
   int launch_blocking = -1;  // 0 / 1: OPENMTIA_LAUNCH_BLOCKING's
+  int strict_memory = -1;    // 1: host threads cannot touch device memory (OPENMTIA_STRICT_MEMORY)
 };
 void configure(const RuntimeConfig& config);
 
@@ -175,8 +178,25 @@ struct HostTask {
 // owns the task from the call on: if it throws, destroy has run (or will).
 void launch(int device, StreamId stream, const char* name, HostTask task);
 namespace detail {
-// Runs call(box), returning what it throws as the task's failure message.
-const char* runGuarded(void (*call)(void*), void* box);
+// Runs f() as a task body: null, or what it throws as the failure's message
+// (valid until the thread's next failure). A thread being ended
+// (pthread_exit's unwinding) passes through.
+template <typename F>
+const char* runCatching(F&& f) {
+  thread_local std::string message;
+  try {
+    f();
+    return nullptr;
+  } catch (abi::__forced_unwind&) {
+    throw;
+  } catch (const std::exception& e) {
+    message = e.what();
+  } catch (...) {
+    message = "unknown exception";
+  }
+  return message.c_str();
+}
+const char* runGuarded(void (*call)(void*), void* box);  // runCatching(call(box)), out of line
 template <typename F>
 struct TaskBox {
   F fn;

@@ -301,7 +301,9 @@ def test_transformer_training_step_replays_equal_eager_steps_bitwise():
     restart(model, opt, init)
     before = openmtia._C._prebuilt_kernel_count()
     g, loss = capture(lambda: step(model, opt))
-    assert openmtia._C._prebuilt_kernel_count() - before > 50
+    made = openmtia._C._prebuilt_kernel_count() - before
+    # (prebuilding reads device memory on the host: none where the host may not, OPENMTIA_STRICT_MEMORY=1)
+    assert made > 50 if torch.mtia.get_device_properties(0)["host_addressable"] else made == 0, made
     replayed = []
     for _ in range(4):
         g.replay()

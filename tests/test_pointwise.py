@@ -105,7 +105,9 @@ def test_while_capturing_the_boxed_path_prebuilds_the_kernel():
     g = torch.mtia.MTIAGraph()
     with torch.mtia.graph(g):
         y = x + x
-    assert openmtia._C._prebuilt_kernel_count() == before + 1
+    # (prebuilding reads device memory on the host: none where the host may not, OPENMTIA_STRICT_MEMORY=1)
+    made = 1 if torch.mtia.get_device_properties(0)["host_addressable"] else 0
+    assert openmtia._C._prebuilt_kernel_count() == before + made
     x.fill_(3)
     g.replay()
     assert torch.equal(y.cpu(), torch.full((64,), 6.0))

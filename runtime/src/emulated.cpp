@@ -550,24 +550,15 @@ class Runtime {
       strict::enable();
     }
   }
-  // For the fault handler: the device allocation holding addr. It waits for
-  // a device's mem_mu without blocking calls (no thread touches device
-  // memory while it holds one).
+  // For the fault handler: the device allocation holding addr (no thread
+  // touches device memory while it holds the allocation table's lock).
   static bool faultLookup(const void* addr, int* device, void** base, size_t* size) {
-    Runtime& rt = get();
-    for (int i = 0; i < rt.count(); ++i) {
-      Device& d = *rt.devices_[i];
-      while (!d.mem_mu.try_lock()) cpuRelax();
-      auto found = d.allocations.find(addr);
-      d.mem_mu.unlock();
-      if (found.first) {
-        *device = i;
-        *base = found.first;
-        *size = found.second;
-        return true;
-      }
-    }
-    return false;
+    Allocation a = pointerAllocation(addr);
+    if (a.device < 0) return false;
+    *device = a.device;
+    *base = a.base;
+    *size = a.size;
+    return true;
   }
   std::vector<std::unique_ptr<Device>> devices_;
 };

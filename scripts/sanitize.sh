@@ -49,7 +49,11 @@ else
 fi
 
 echo "== runtime GoogleTests ($kind)"
-"$B"/runtime/openmtia_runtime_tests --gtest_brief=1
+"$B"/runtime/openmtia_engine_tests --gtest_brief=1
+"$B"/runtime/openmtia_client_tests --gtest_brief=1
+for driver in emulated reference; do
+  "$B"/runtime/openmtia_driver_conformance "$B"/runtime/libopenmtia_driver_$driver.so --gtest_brief=1
+done
 
 echo "== pytest ($kind)"
 # ASLR off: TSan needs its fixed memory layout on kernels with high mmap entropy

@@ -39,7 +39,6 @@ inline void cpuRelax() {
 #endif
 }
 constexpr size_t kAlignment = 256;
-constexpr int kStreamsPerDevice = 1 + 2 * kPoolSize;
 constexpr int kSpinMicros = 50;      // how long an idle worker polls before sleeping
 constexpr int kSyncSpinMicros = 20;  // how long a synchronizing host thread polls before sleeping
 constexpr int kTrimAfterMillis = 5;  // how long a worker idles before it returns free heap memory
@@ -477,16 +476,11 @@ struct Device {
   size_t used = 0;
   RangeMap allocations;
   std::mutex stream_mu;
-  // ids [0, kStreamsPerDevice): the default stream and the pools; later ones
-  // made by streamCreate (retired once destroyed: ids are not reused)
-  std::vector<std::unique_ptr<Stream>> streams = std::vector<std::unique_ptr<Stream>>(kStreamsPerDevice);
-  std::vector<int64_t> labels = std::vector<int64_t>(kStreamsPerDevice);
-  std::vector<char> retired = std::vector<char>(kStreamsPerDevice, 0);
-  std::atomic<unsigned> next_pool[2] = {0, 0};
-
-  Device() {
-    for (int i = 0; i < kStreamsPerDevice; ++i) labels[i] = i;
-  }
+  // the streams streamCreate made, by id (retired once destroyed: ids are
+  // not reused)
+  std::vector<std::unique_ptr<Stream>> streams;
+  std::vector<int64_t> labels;
+  std::vector<char> retired;
   bool valid(StreamId id) {  // with stream_mu held
     return id >= 0 && id < static_cast<StreamId>(streams.size()) && !retired[id];
   }
@@ -691,8 +685,6 @@ bool isPinned(const void* ptr) {
 }
 
 // ---------------------------------------------------------------- streams
-int streamPriority(StreamId stream) { return stream > kPoolSize ? -1 : 0; }
-
 void checkStream(int device, StreamId stream) {
   Device& d = Runtime::get().device(device);
   std::lock_guard<std::mutex> lk(d.stream_mu);
@@ -715,20 +707,12 @@ void streamDestroy(int device, StreamId stream) {
   std::unique_ptr<Stream> s;
   {
     std::lock_guard<std::mutex> lk(d.stream_mu);
-    if (stream < kStreamsPerDevice || !d.valid(stream))
-      throw Error(ErrorCode::kInvalidValue, "mtia stream id " + std::to_string(stream) + " was not made by streamCreate");
+    if (!d.valid(stream)) throw Error(ErrorCode::kInvalidValue, "invalid mtia stream id " + std::to_string(stream));
     if (d.streams[stream]) d.streams[stream]->checkNotCapturing("destroying a stream");
     s = std::move(d.streams[stream]);
     d.retired[stream] = 1;
   }
   if (s) s->stopWorker();  // runs what was launched, ends the worker, destroys finished tasks
-}
-
-StreamId streamFromPool(int device, int priority) {
-  Device& d = Runtime::get().device(device);
-  int high = priority < 0 ? 1 : 0;
-  unsigned k = d.next_pool[high].fetch_add(1) % kPoolSize;
-  return 1 + high * kPoolSize + static_cast<int>(k);
 }
 
 size_t launchQueueDepth() { return Runtime::get().queue_depth; }

@@ -25,9 +25,7 @@ using omr::DeviceProperties;
 using omr::Error;
 using omr::ErrorCode;
 using omr::IdleHook;
-using omr::kDefaultStream;
 using omr::kMaxDevices;
-using omr::kPoolSize;
 using omr::OutOfMemoryError;
 using omr::RuntimeConfig;
 using omr::StreamId;
@@ -62,10 +60,9 @@ void hostFreePinned(void* ptr);
 bool isPinned(const void* ptr);
 
 // ---------------------------------------------------------------- streams
-// Ids per device: 0 the default stream, 1..kPoolSize and kPoolSize+1..
-// 2*kPoolSize two pools (normal and high priority), then streamCreate's.
-int streamPriority(StreamId stream);  // 0 normal, -1 high
-StreamId streamFromPool(int device, int priority);
+// Stream ids are per device, in the order streamCreate made them (no pools,
+// no default stream, no priorities: those are the client's policy; every
+// stream here has a worker thread of its own, started at its first use).
 void checkStream(int device, StreamId stream);
 StreamId streamCreate(int device, int64_t label);  // `label`: its number in messages and records
 void streamDestroy(int device, StreamId stream);   // once it ran what was launched on it

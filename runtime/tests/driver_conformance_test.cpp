@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
+#include <cstdlib>
 #include <chrono>
 #include <cstring>
 #include <mutex>
@@ -39,6 +41,14 @@ uint32_t deviceFlags(int device = 0) {
   p.struct_size = sizeof p;
   EXPECT_EQ(D->device_properties(device, &p), OMTIA_SUCCESS);
   return p.flags;
+}
+
+// Whether the driver has graphs; if not, checks that it says so.
+bool graphsOrNotSupported() {
+  if (deviceFlags() & OMTIA_DEVICE_GRAPHS) return true;
+  OmtiaGraph g = nullptr;
+  EXPECT_EQ(D->graph_create(&g), OMTIA_ERROR_NOT_SUPPORTED);
+  return false;
 }
 
 // RAII over a stream, for the tests' brevity.
@@ -336,11 +346,7 @@ TEST(Driver, EventsTimeTheWorkBetweenThem) {
 }
 
 TEST(Driver, GraphsRecordAndReplay) {
-  if (!(deviceFlags() & OMTIA_DEVICE_GRAPHS)) {
-    OmtiaGraph g = nullptr;
-    EXPECT_EQ(D->graph_create(&g), OMTIA_ERROR_NOT_SUPPORTED);
-    return;
-  }
+  if (!graphsOrNotSupported()) return;
   Stream s(0);
   OmtiaGraph g = nullptr;
   OK(D->graph_create(&g));
@@ -535,6 +541,413 @@ TEST(Driver, AForkedChildCannotUseTheDevices) {
   OK(D->in_bad_fork(&forked));
   EXPECT_EQ(forked, 0);
   OK(D->mem_free(0, p));
+}
+
+
+TEST(Driver, MemoryIsAccountedPerDevice) {
+  size_t free0 = 0, free1 = 0, total = 0, other0 = 0, other1 = 0;
+  OK(D->mem_get_info(1, &free0, &total));
+  OK(D->mem_get_info(0, &other0, &total));
+  void* p = nullptr;
+  OK(D->mem_alloc(1, 1000, &p));
+  OK(D->mem_get_info(1, &free1, &total));
+  EXPECT_GE(free0 - free1, 1000u);  // (rounded up as the driver allocates)
+  EXPECT_LE(free0 - free1, 1000u + 4096);
+  OK(D->mem_get_info(0, &other1, &total));
+  EXPECT_EQ(other1, other0);  // the other device's memory is its own
+  OK(D->mem_free(1, p));
+  OK(D->mem_get_info(1, &free1, &total));
+  EXPECT_EQ(free1, free0);
+  EXPECT_EQ(D->mem_get_info(2, &free1, &total), OMTIA_ERROR_INVALID_DEVICE);
+  EXPECT_EQ(D->mem_get_info(0, &free1, nullptr), OMTIA_ERROR_INVALID_VALUE);
+}
+
+TEST(Driver, ALaunchReturnsBeforeItsWorkRunsOnAnAsynchronousDriver) {
+  const bool async = deviceFlags() & OMTIA_DEVICE_ASYNC;
+  Stream s(0);
+  std::atomic<bool> release{!async};
+  std::vector<int> order;
+  OK(launch(s.s, "block", [&release]() -> const char* {
+    while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return nullptr;
+  }));
+  const int held = kQueueDepth - 2;  // (more would wait for room in the launch queue)
+  for (int i = 0; i < held; ++i) OK(launch(s.s, "push", [&order, i]() -> const char* {
+      order.push_back(i);
+      return nullptr;
+    }));
+  if (async) {  // the launches returned while the stream is held
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    EXPECT_EQ(D->stream_query(s.s), OMTIA_ERROR_NOT_READY);
+    EXPECT_TRUE(order.empty());
+    release = true;
+  } else {  // the work ran inside each launch
+    EXPECT_EQ(order.size(), size_t(held));
+  }
+  for (int i = held; i < 100; ++i) OK(launch(s.s, "push", [&order, i]() -> const char* {
+      order.push_back(i);
+      return nullptr;
+    }));
+  OK(D->stream_synchronize(s.s));
+  OK(D->stream_query(s.s));
+  ASSERT_EQ(order.size(), 100u);
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(order[i], i);
+}
+
+TEST(Driver, ManyThreadsLaunchOnManyStreams) {
+  std::atomic<long> sum{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t) threads.emplace_back([&sum, t] {
+      Stream s(t % 2, t % 3 == 0 ? -1 : 0, 100 + t);
+      for (int i = 0; i < 500; ++i) EXPECT_EQ(launch(s.s, "add", [&sum, i]() -> const char* {
+                                                sum += i;
+                                                return nullptr;
+                                              }),
+                                              OMTIA_SUCCESS);
+      EXPECT_EQ(D->stream_synchronize(s.s), OMTIA_SUCCESS);
+    });
+  for (auto& th : threads) th.join();
+  OK(D->device_synchronize(0));
+  OK(D->device_synchronize(1));
+  EXPECT_EQ(sum.load(), 8L * (499L * 500 / 2));
+}
+
+TEST(Driver, AStreamStaysUsableAfterItsErrorWasReported) {
+  Stream s(1, -1, 3);
+  OK(launch(s.s, "boom", []() -> const char* { return "boom"; }));
+  EXPECT_EQ(D->device_synchronize(1), OMTIA_ERROR_TASK_FAILED);  // any stream of the device
+  EXPECT_STREQ(lastError().task, "boom");
+  OK(D->device_synchronize(1));  // once
+  int ran = 0;
+  OK(launch(s.s, "ok", [&ran]() -> const char* {
+    ran = 2;
+    return nullptr;
+  }));
+  OK(D->stream_synchronize(s.s));
+  EXPECT_EQ(ran, 2);
+  // an event recorded after the failure reports it at its synchronize
+  OmtiaEvent ev = nullptr;
+  OK(D->event_create(0, &ev));
+  OK(launch(s.s, "fails again", []() -> const char* { return "bad"; }));
+  OK(D->event_record(ev, s.s));
+  EXPECT_EQ(D->event_synchronize(ev), OMTIA_ERROR_TASK_FAILED);
+  EXPECT_STREQ(lastError().task, "fails again");
+  OK(D->stream_synchronize(s.s));  // reported once
+  OK(D->event_destroy(ev));
+}
+
+TEST(Driver, AnEventHoldsTheStreamsThatWaitForIt) {
+  const bool async = deviceFlags() & OMTIA_DEVICE_ASYNC;
+  Stream a(0), b(0, -1);
+  OmtiaEvent ev = nullptr;
+  OK(D->event_create(0, &ev));
+  int device = 5;
+  OK(D->event_device(ev, &device));
+  EXPECT_EQ(device, -1);  // never recorded
+  OK(D->event_query(ev));
+  std::atomic<bool> release{!async};
+  std::atomic<int> value{0};
+  OK(launch(a.s, "block", [&]() -> const char* {
+    while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    value = 1;
+    return nullptr;
+  }));
+  OK(D->event_record(ev, a.s));
+  OK(D->stream_wait_event(b.s, ev));
+  int seen = -1;
+  OK(launch(b.s, "read", [&]() -> const char* {
+    seen = value.load();
+    return nullptr;
+  }));
+  if (async) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    EXPECT_EQ(D->event_query(ev), OMTIA_ERROR_NOT_READY);
+    EXPECT_EQ(D->stream_query(b.s), OMTIA_ERROR_NOT_READY);  // b is held by the event
+    EXPECT_EQ(seen, -1);
+    release = true;
+  }
+  OK(D->event_synchronize(ev));
+  OK(D->event_query(ev));
+  OK(D->stream_synchronize(b.s));
+  EXPECT_EQ(seen, 1);
+  OK(D->event_destroy(ev));
+}
+
+TEST(Driver, DestroyingAPendingEventIsSafe) {
+  const bool async = deviceFlags() & OMTIA_DEVICE_ASYNC;
+  Stream s(0);
+  std::atomic<bool> release{!async};
+  OK(launch(s.s, "block", [&release]() -> const char* {
+    while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return nullptr;
+  }));
+  OmtiaEvent e = nullptr;
+  OK(D->event_create(OMTIA_EVENT_TIMING, &e));
+  OK(D->event_record(e, s.s));
+  Stream waiter(0);
+  OK(D->stream_wait_event(waiter.s, e));
+  OK(D->event_destroy(e));  // (its records stay in the streams)
+  release = true;
+  OK(D->stream_synchronize(waiter.s));
+  OK(D->device_synchronize(0));
+}
+
+TEST(Driver, AsynchronousCopiesAreOrderedOnTheirStream) {
+  const bool async = deviceFlags() & OMTIA_DEVICE_ASYNC;
+  const size_t n = 1 << 16;
+  std::vector<unsigned char> host(n);
+  for (size_t i = 0; i < n; ++i) host[i] = static_cast<unsigned char>(i * 7);
+  void *d0 = nullptr, *d0b = nullptr, *d1 = nullptr, *pinned_v = nullptr;
+  OK(D->mem_alloc(0, n, &d0));
+  OK(D->mem_alloc(0, n, &d0b));
+  OK(D->mem_alloc(1, n, &d1));
+  OK(D->host_alloc(n, &pinned_v));
+  auto* pinned = static_cast<unsigned char*>(pinned_v);
+  OK(D->memcpy(d1, host.data(), n, OMTIA_COPY_HOST_TO_DEVICE));
+  Stream s(1);
+  std::atomic<bool> release{!async};
+  OK(launch(s.s, "block", [&release]() -> const char* {
+    while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return nullptr;
+  }));
+  std::memset(pinned, 0, n);
+  OK(D->memcpy_async(pinned, d1, n, OMTIA_COPY_DEVICE_TO_HOST, s.s));
+  if (async) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    EXPECT_EQ(pinned[1], 0);  // not yet: the stream is held
+    release = true;
+  }
+  OK(D->stream_synchronize(s.s));
+  EXPECT_EQ(std::memcmp(pinned, host.data(), n), 0);
+  // host -> device -> device -> other device -> host, in stream order
+  Stream s0(0);
+  std::memset(pinned, 3, n);
+  OK(D->memcpy_async(d0, pinned, n, OMTIA_COPY_HOST_TO_DEVICE, s0.s));
+  OK(D->memcpy_async(d0b, d0, n, OMTIA_COPY_DEVICE_TO_DEVICE, s0.s));
+  OK(D->memcpy_async(d1, d0b, n, OMTIA_COPY_DEVICE_TO_DEVICE, s0.s));
+  std::vector<unsigned char> back(n, 0);
+  OK(D->memcpy_async(back.data(), d1, n, OMTIA_COPY_DEVICE_TO_HOST, s0.s));  // pageable host memory too
+  OK(D->stream_synchronize(s0.s));
+  EXPECT_EQ(back, std::vector<unsigned char>(n, 3));
+  EXPECT_EQ(D->memcpy_async(d0, pinned, n + 4096, OMTIA_COPY_HOST_TO_DEVICE, s0.s), OMTIA_ERROR_INVALID_VALUE);
+  OK(D->stream_synchronize(s0.s));
+  OK(D->host_free(pinned));
+  OK(D->mem_free(0, d0));
+  OK(D->mem_free(0, d0b));
+  OK(D->mem_free(1, d1));
+}
+
+TEST(Driver, ACapturedStreamRefusesSynchronizationUntilTheCaptureEnds) {
+  if (!graphsOrNotSupported()) return;
+  Stream s(0);
+  OmtiaGraph g = nullptr;
+  OK(D->graph_create(&g));
+  OmtiaEvent ev = nullptr;
+  OK(D->event_create(0, &ev));
+  OK(D->stream_begin_capture(s.s, g));
+  EXPECT_EQ(D->stream_begin_capture(s.s, g), OMTIA_ERROR_CAPTURING);  // already
+  EXPECT_EQ(D->stream_query(s.s), OMTIA_ERROR_CAPTURING);
+  EXPECT_EQ(D->device_synchronize(0), OMTIA_ERROR_CAPTURING);
+  EXPECT_EQ(D->event_record(ev, s.s), OMTIA_ERROR_CAPTURING);
+  EXPECT_NE(std::string(lastError().message).find("captur"), std::string::npos) << lastError().message;
+  OK(D->stream_end_capture(s.s));
+  int capturing = 1;
+  OK(D->stream_is_capturing(s.s, &capturing));
+  EXPECT_EQ(capturing, 0);
+  OK(D->stream_query(s.s));
+  OK(D->device_synchronize(0));
+  OK(D->event_destroy(ev));
+  OK(D->graph_destroy(g));
+}
+
+TEST(Driver, ClearingAGraphDropsItsWorkAndItRecordsAgain) {
+  if (!graphsOrNotSupported()) return;
+  Stream s(0);
+  OmtiaGraph g = nullptr;
+  OK(D->graph_create(&g));
+  static std::atomic<int> destroyed{0};
+  destroyed = 0;
+  std::vector<int> order;
+  auto record = [&](int value, const char* name) {
+    struct Push {
+      std::vector<int>* order;
+      int value;
+    };
+    OmtiaLaunchArgs a{};
+    a.struct_size = sizeof a;
+    a.fn = [](void* u) -> const char* {
+      auto* p = static_cast<Push*>(u);
+      p->order->push_back(p->value);
+      return nullptr;
+    };
+    a.user = new Push{&order, value};
+    a.destroy = [](void* u) {
+      delete static_cast<Push*>(u);
+      ++destroyed;
+    };
+    a.name = name;
+    return D->launch_host_func(s.s, &a);
+  };
+  OK(D->stream_begin_capture(s.s, g));
+  OK(record(1, "a"));
+  OK(record(2, "b"));
+  OK(D->stream_end_capture(s.s));
+  OK(D->graph_clear(g));
+  EXPECT_EQ(destroyed.load(), 2);
+  size_t n = 5;
+  OK(D->graph_task_count(g, &n));
+  EXPECT_EQ(n, 0u);
+  OK(D->stream_begin_capture(s.s, g));
+  OK(record(3, "c"));
+  OK(D->stream_end_capture(s.s));
+  OK(D->graph_launch(g, s.s));
+  OK(D->stream_synchronize(s.s));
+  EXPECT_EQ(order, std::vector<int>{3});
+  OK(D->graph_destroy(g));
+  EXPECT_EQ(destroyed.load(), 3);
+}
+
+TEST(Driver, ActivityRecordsCarryTheWorksTimesInUnixNanoseconds) {
+  struct Times {
+    std::mutex mu;
+    std::vector<std::pair<int64_t, int64_t>> spans;
+    std::vector<int> devices;
+  } seen;
+  OK(D->set_activity_callback(nullptr,
+                              [](const OmtiaActivityRecord* r, void* u) {
+                                auto* t = static_cast<Times*>(u);
+                                std::lock_guard<std::mutex> lk(t->mu);
+                                t->spans.emplace_back(r->start_ns, r->end_ns);
+                                t->devices.push_back(r->device);
+                              },
+                              &seen));
+  Stream s(1);
+  OK(launch(s.s, "sleeps", []() -> const char* {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    return nullptr;
+  }));
+  OK(launch(s.s, "next", []() -> const char* { return nullptr; }));
+  OK(D->stream_synchronize(s.s));
+  OK(D->set_activity_callback(nullptr, nullptr, nullptr));
+  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::system_clock::now().time_since_epoch()).count();
+  std::lock_guard<std::mutex> lk(seen.mu);
+  ASSERT_EQ(seen.spans.size(), 2u);
+  EXPECT_EQ(seen.devices, (std::vector<int>{1, 1}));
+  EXPECT_GE(seen.spans[0].second - seen.spans[0].first, 2000000);  // ran 2 ms or more
+  EXPECT_LE(seen.spans[0].second, seen.spans[1].first);            // in order
+  EXPECT_LE(seen.spans[1].second, now);
+  EXPECT_GT(seen.spans[0].first, now - int64_t(60) * 1000000000);  // Unix-epoch nanoseconds
+}
+
+// The idle hook runs on a driver thread once its stream's queue is empty; a
+// synchronous driver has no such thread and never calls it.
+std::atomic<int> g_idle_calls{0}, g_idle_on_driver_thread{0};
+
+TEST(Driver, TheIdleHookRunsOnADriverThreadWithNothingQueued) {
+  const bool async = deviceFlags() & OMTIA_DEVICE_ASYNC;
+  g_idle_calls = 0;
+  g_idle_on_driver_thread = 0;
+  OK(D->set_idle_hook([] {
+    ++g_idle_calls;
+    int yes = 0;
+    D->on_driver_thread(&yes);
+    g_idle_on_driver_thread += yes;
+  }));
+  Stream s(0);
+  std::atomic<int> ran{0};
+  for (int i = 0; i < 5; ++i) OK(launch(s.s, "work", [&ran]() -> const char* {
+      ++ran;
+      return nullptr;
+    }));
+  OK(D->stream_synchronize(s.s));
+  auto t0 = std::chrono::steady_clock::now();
+  while (async && g_idle_calls.load() == 0 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5))
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  OK(D->set_idle_hook(nullptr));
+  EXPECT_EQ(ran.load(), 5);
+  if (async) EXPECT_GT(g_idle_calls.load(), 0);
+  else EXPECT_EQ(g_idle_calls.load(), 0);
+  EXPECT_EQ(g_idle_on_driver_thread.load(), g_idle_calls.load());
+}
+
+// shutdown() cannot be undone: its scenario runs in a re-executed copy of
+// this binary (a death test), which initializes the driver afresh.
+std::string shutdownScenario() {
+  std::string failed;
+  auto check = [&failed](bool ok, const char* what) {
+    if (!ok) failed += std::string(what) + "\n";
+  };
+  std::atomic<int> ran{0};
+  auto* s = new Stream(0);
+  auto* other = new Stream(1);
+  check(launch(s->s, "slow", [&ran]() -> const char* {
+          std::this_thread::sleep_for(std::chrono::milliseconds(100));
+          ++ran;
+          return nullptr;
+        }) == OMTIA_SUCCESS, "launch");
+  for (int i = 0; i < 50; ++i) launch(s->s, "queued", [&ran]() -> const char* {
+      ++ran;
+      return nullptr;
+    });
+  launch(other->s, "other device", [&ran]() -> const char* {
+    ++ran;
+    return nullptr;
+  });
+  check(D->shutdown() == OMTIA_SUCCESS, "shutdown failed");
+  check(ran.load() == 52, "shutdown returned before the launched work ran");
+  // later launches run on the launching thread before they return
+  std::thread::id ran_on;
+  launch(s->s, "inline", [&ran_on]() -> const char* {
+    ran_on = std::this_thread::get_id();
+    return nullptr;
+  });
+  check(ran_on == std::this_thread::get_id(), "a launch after shutdown did not run on the launching thread");
+  int yes = 1;
+  D->on_driver_thread(&yes);
+  check(yes == 0, "the host thread counts as a driver thread");
+  Stream later(1, 0, 77);  // a stream first made now
+  int started = 0;
+  launch(later.s, "new stream", [&started]() -> const char* {
+    ++started;
+    return nullptr;
+  });
+  check(started == 1, "a stream made after shutdown did not run its work");
+  // errors stay asynchronous: reported at the next synchronize, with the work's name
+  launch(s->s, "fails inline", []() -> const char* { return "boom"; });
+  check(D->stream_synchronize(s->s) == OMTIA_ERROR_TASK_FAILED, "the failure was not reported at the sync");
+  check(std::string(lastError().task) == "fails inline", "the error names other work");
+  // events, waits, copies and frees keep working
+  OmtiaEvent e = nullptr;
+  D->event_create(OMTIA_EVENT_TIMING, &e);
+  D->event_record(e, s->s);
+  check(D->event_query(e) == OMTIA_SUCCESS, "an event recorded after shutdown is not complete");
+  check(D->stream_wait_event(other->s, e) == OMTIA_SUCCESS, "stream_wait_event");
+  check(D->event_synchronize(e) == OMTIA_SUCCESS, "event_synchronize");
+  D->event_destroy(e);
+  void* d = nullptr;
+  D->mem_alloc(0, 64, &d);
+  int v = 7, back = 0;
+  D->memcpy_async(d, &v, sizeof v, OMTIA_COPY_HOST_TO_DEVICE, s->s);
+  D->memcpy_async(&back, d, sizeof v, OMTIA_COPY_DEVICE_TO_HOST, s->s);
+  check(D->stream_synchronize(s->s) == OMTIA_SUCCESS && back == 7, "a round trip after shutdown lost the value");
+  check(D->mem_free(0, d) == OMTIA_SUCCESS, "mem_free");
+  delete s;
+  delete other;
+  check(D->device_synchronize(0) == OMTIA_SUCCESS, "device_synchronize");
+  check(D->shutdown() == OMTIA_SUCCESS, "a second shutdown failed");
+  return failed;
+}
+
+TEST(Driver, ShutdownRunsLaunchedWorkThenRunsLaunchesInline) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // re-executes the binary: no driver threads forked
+  EXPECT_EXIT(
+      {
+        std::string failed = shutdownScenario();
+        std::fprintf(stderr, "%s", failed.c_str());
+        std::exit(failed.empty() ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
 }
 
 }  // namespace

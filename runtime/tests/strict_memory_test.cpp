@@ -51,8 +51,9 @@ TEST(StrictMemory, AHostWriteAfterDeviceWorkFaultsToo) {
       {
         startStrict();
         int* p = static_cast<int*>(eng::deviceMalloc(0, 1024));
-        eng::launch(0, 0, "fill", eng::Task([p] { p[0] = 7; }));  // the device opens it ...
-        eng::streamSynchronize(0, 0);                  // ... and it is closed again before the host goes on
+        eng::StreamId s = eng::streamCreate(0, 0);
+        eng::launch(0, s, "fill", eng::Task([p] { p[0] = 7; }));  // the device opens it ...
+        eng::streamSynchronize(0, s);                  // ... and it is closed again before the host goes on
         p[1] = 1;
         std::exit(0);
       },
@@ -68,14 +69,15 @@ void deviceWorkAndCopies() {
   float* a = static_cast<float*>(eng::deviceMalloc(0, n * sizeof(float)));
   float* b = static_cast<float*>(eng::deviceMalloc(0, n * sizeof(float)));
   eng::memcpy(a, host.data(), n * sizeof(float), eng::CopyKind::kHostToDevice);  // synchronous, on this thread
+  const eng::StreamId s = eng::streamCreate(0, 1);
   for (int round = 0; round < 3; ++round) {
-    eng::launch(0, 1, "double", [a, b, n] {
+    eng::launch(0, s, "double", [a, b, n] {
       for (int i = 0; i < n; ++i) b[i] = 2 * a[i];
     });
-    eng::memcpyAsync(a, b, n * sizeof(float), eng::CopyKind::kDeviceToDevice, 0, 1);
+    eng::memcpyAsync(a, b, n * sizeof(float), eng::CopyKind::kDeviceToDevice, 0, s);
   }
-  eng::memcpyAsync(back.data(), a, n * sizeof(float), eng::CopyKind::kDeviceToHost, 0, 1);
-  eng::streamSynchronize(0, 1);
+  eng::memcpyAsync(back.data(), a, n * sizeof(float), eng::CopyKind::kDeviceToHost, 0, s);
+  eng::streamSynchronize(0, s);
   for (int i = 0; i < n; ++i)
     if (back[i] != 8.0f * i) fail("device work gave a wrong result");
   eng::deviceFree(0, a);

@@ -17,7 +17,10 @@
 #include <cstring>
 #include <vector>
 
-#include "../common.h"
+#include "openmtia/runtime.h"
+#include "compile/graph_replay.h"
+#include "runtime/device_allocator.h"
+#include "runtime/stream.h"
 
 namespace py = pybind11;
 

@@ -27,7 +27,12 @@
 #include <string>
 #include <vector>
 
-#include "../common.h"
+#include "openmtia/runtime.h"
+#include "compile/kernels.h"
+#include "runtime/device.h"
+#include "runtime/device_allocator.h"
+#include "runtime/errors.h"
+#include "runtime/stream.h"
 
 namespace py = pybind11;
 

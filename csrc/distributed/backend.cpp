@@ -24,9 +24,15 @@
 #include <array>
 #include <sstream>
 
-#include "common.h"
-#include "device_access.h"
+#include "openmtia/runtime.h"
+#include "distributed/backend.h"
 #include "distributed/work.h"
+#include "runtime/device.h"
+#include "runtime/device_access.h"
+#include "runtime/errors.h"
+#include "runtime/graphs.h"
+#include "runtime/host_views.h"
+#include "runtime/stream.h"
 
 namespace openmtia::dist {
 namespace {

@@ -6,7 +6,10 @@
 #include <chrono>
 #include <thread>
 
-#include "common.h"
+#include "openmtia/runtime.h"
+#include "runtime/device.h"
+#include "runtime/graphs.h"
+#include "runtime/stream.h"
 
 namespace c10d {
 namespace {

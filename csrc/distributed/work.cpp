@@ -1,9 +1,12 @@
+#include "openmtia/runtime.h"
 #include "distributed/work.h"
+#include "python/gil.h"
+#include "runtime/graphs.h"
+#include "runtime/stream.h"
 
 #include <ATen/core/ivalue.h>
 #include <c10/util/Exception.h>
 
-#include "common.h"
 
 namespace openmtia::dist {
 

@@ -18,7 +18,8 @@
 #include <string>
 #include <vector>
 
-#include "common.h"
+#include "openmtia/runtime.h"
+#include "profiler/kineto_plugin.h"
 
 namespace openmtia::profiler {
 namespace {

@@ -1,0 +1,57 @@
+// How many threads a kernel uses: one for small work, all for large (see threads.cpp).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+namespace c10 {
+struct IValue;
+class OperatorHandle;
+}  // namespace c10
+
+namespace openmtia {
+
+// Kernels over less work than this run on one thread (see threads.cpp).
+constexpr int64_t kParallelWork = int64_t{1} << 16;
+// A matrix op's elements count this many times (its work grows faster).
+constexpr int64_t kDenseWorkScale = 16;
+// The elements of the tensors (and tensor lists) among `values`.
+int64_t workElements(const std::vector<c10::IValue>& values);
+// The work of a kernel of `op` over `elements` elements (for useKernelThreads).
+int64_t kernelWork(const c10::OperatorHandle& op, int64_t elements);
+// Sets how many threads the OpenMP and MKL parallel regions of the calling
+// (worker) thread use for a kernel over `work_elements` elements: one below
+// kParallelWork, all of them otherwise. Every kernel task calls it first.
+// (Elements count as work, except where kernelWork() says more.)
+void useKernelThreads(int64_t work_elements);
+// Ends the calling thread's OpenMP team, if it has one (its threads exit;
+// its next parallel region makes a new team). A stream worker's idle hook.
+void endThreadTeam();
+// Around a CPU kernel a host thread runs itself (a synchronous call) over
+// `work` elements (as useKernelThreads counts them): below kParallelWork the
+// kernel runs on one thread, as on a worker (the thread's OpenMP and MKL
+// thread counts are restored after: they are the program's), so it makes no
+// OpenMP team; above, on all threads, and the host thread's team ends after
+// it, so the device's team is the only one and spins between its kernels'
+// regions (threads.cpp). Nothing on a stream worker.
+class HostKernelScope {
+ public:
+  explicit HostKernelScope(int64_t work);
+  ~HostKernelScope();
+  HostKernelScope(const HostKernelScope&) = delete;
+  HostKernelScope& operator=(const HostKernelScope&) = delete;
+
+ private:
+  bool active_ = false;   // a host thread
+  int omp_threads_ = 0;   // its OpenMP thread count while the kernel runs on one thread
+  int mkl_threads_ = 0;   // its MKL thread-local count then (0: MKL's global one)
+};
+// Splits [0, n) into one contiguous range per thread of ATen's team (as
+// many as the calling thread's parallel regions use, at most n) and runs
+// f(begin, end) on each, in one parallel region (one call on the calling
+// thread if that is one thread). Inside, ATen's kernels run on the thread
+// that calls them.
+void forEachThread(int64_t n, const std::function<void(int64_t, int64_t)>& f);
+
+}  // namespace openmtia

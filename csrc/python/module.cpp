@@ -1,0 +1,223 @@
+// The openmtia._C Python module. Loading it registers everything (hooks,
+// guard, allocator, kernels, fallback) through static initializers.
+#include <torch/csrc/Dtype.h>
+#include <torch/csrc/Exceptions.h>
+#include <torch/csrc/Generator.h>
+#include <torch/csrc/utils/pybind.h>
+#include <torch/library.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <stdexcept>
+
+#include "openmtia/runtime.h"
+#include "aten/fallback/fallback.h"
+#include "aten/fallback/plan_cache.h"
+#include "aten/host_gemm.h"
+#include "aten/low_precision/activations.h"
+#include "aten/low_precision/arithmetic.h"
+#include "aten/low_precision/comparisons.h"
+#include "aten/low_precision/indexed.h"
+#include "aten/low_precision/kernels.h"
+#include "aten/low_precision/low_precision.h"
+#include "aten/low_precision/norm.h"
+#include "aten/low_precision/reductions.h"
+#include "aten/low_precision/softmax.h"
+#include "aten/low_precision/tables.h"
+#include "aten/pointwise.h"
+#include "aten/prebuilt.h"
+#include "aten/threads.h"
+#include "compile/graph_replay.h"
+#include "compile/kernels.h"
+#include "distributed/backend.h"
+#include "profiler/kineto_plugin.h"
+#include "python/gil.h"
+#include "runtime/device.h"
+#include "runtime/errors.h"
+#include "runtime/generator.h"
+#include "runtime/graphs.h"
+#include "runtime/host_views.h"
+#include "runtime/process_exit.h"
+#include "runtime/stream.h"
+
+namespace py = pybind11;
+
+namespace {
+// A gate a test task waits on, so tests can hold a stream busy. Waiting never
+// needs the GIL.
+struct Gate {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool open = false;
+  void release() {
+    std::lock_guard<std::mutex> lk(mu);
+    open = true;
+    cv.notify_all();
+  }
+  // false: not released within timeout_s
+  bool wait(double timeout_s) {
+    std::unique_lock<std::mutex> lk(mu);
+    return cv.wait_for(lk, std::chrono::duration<double>(timeout_s), [this] { return open; });
+  }
+};
+}  // namespace
+
+// Test-only ops with a C++ CPU kernel and no meta kernel: tests give them
+// meta kernels that disagree with the CPU kernel (tests/test_async.py).
+TORCH_LIBRARY(openmtia_test, m) {
+  m.def("double_a(Tensor x) -> Tensor");
+  m.def("double_b(Tensor x) -> Tensor");
+}
+TORCH_LIBRARY_IMPL(openmtia_test, CPU, m) {
+  m.impl("double_a", [](const at::Tensor& x) { return x.mul(2); });
+  m.impl("double_b", [](const at::Tensor& x) { return x.mul(2); });
+}
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "openmtia: an open MTIA backend for PyTorch";
+  // The driver (OPENMTIA_DRIVER): without one, mtia is unavailable (no
+  // devices) and openmtia/__init__.py warns why; importing still works.
+  m.def("_driver_name", &omr::driverName);
+  m.def("_driver_error", &omr::driverError);
+  if (omr::driverError().empty()) {
+    // A launch into a full queue waits without holding the GIL.
+    omr::setWaitHook([](void (*wait)(void*), void* arg) { openmtia::withoutGil([&] { wait(arg); }); });
+    omr::setIdleHook(openmtia::endThreadTeam);  // (threads.cpp)
+  }
+  m.def("_default_generators", [] {
+    py::tuple out(openmtia::deviceCount());
+    for (c10::DeviceIndex i = 0; i < openmtia::deviceCount(); ++i)
+      out[i] = py::reinterpret_steal<py::object>(THPGenerator_initDefaultGenerator(openmtia::defaultGenerator(i)));
+    return out;
+  });
+  openmtia::initProcessExitBindings(m);
+  openmtia::initCompileBindings(m);
+  openmtia::initGraphReplayBindings(m);
+  openmtia::dist::initDistributedBindings(m);
+  openmtia::profiler::registerKinetoPlugin();  // device tasks in torch.profiler
+  m.def("_cpu_kernel_over_composite_ops", &openmtia::cpuKernelOverCompositeOps);
+  m.def("_structured_ops", &openmtia::structuredOps);
+  m.def("_unboxed_ops", [] {
+    std::vector<std::string> out;
+    for (const auto& name : openmtia::unboxedOps()) out.push_back("aten::" + name);
+    return out;
+  });
+  // A CPU tensor over an mtia tensor's memory (for host code that runs in
+  // stream order: the caller has synchronized the stream that writes it).
+  m.def("_host_view", [](const at::Tensor& t) {
+    TORCH_CHECK(t.device().type() == openmtia::kMTIA, "_host_view: expected an mtia tensor, got ", t.device());
+    return openmtia::hostView(t);
+  });
+  m.def("_is_capturing", [](int device) {
+    auto index = device < 0 ? openmtia::currentDevice() : static_cast<c10::DeviceIndex>(device);
+    openmtia::checkDevice(index);
+    return openmtia::isCapturing(index);
+  }, py::arg("device") = -1);
+  m.def("_staged_result_count", &openmtia::stagedResultCount);
+  // bf16/fp16 matrix ops (csrc/low_precision.h): the mode (OPENMTIA_LOW_PRECISION)
+  // and the path it gives a dtype.
+  m.def("_low_precision_mode", &openmtia::lowPrecisionMode);
+  m.def("_set_low_precision_mode", &openmtia::setLowPrecisionMode);
+  m.def("_low_precision_path", [](py::object dtype) {
+    TORCH_CHECK(THPDtype_Check(dtype.ptr()), "_low_precision_path: expected a torch.dtype");
+    auto path = openmtia::lowPrecisionPath(reinterpret_cast<THPDtype*>(dtype.ptr())->scalar_type);
+    return path == openmtia::LowPrecisionPath::kFloat32 ? "float32" : "native";
+  });
+  m.def("_low_precision_float32_calls", &openmtia::lowPrecisionFloat32Calls);
+  m.def("_low_precision_bits_calls", &openmtia::lowPrecisionBitsCalls);
+  m.def("_fused_indexed_calls", &openmtia::fusedIndexedCalls);
+  m.def("_low_precision_table_calls", &openmtia::lowPrecisionTableCalls);
+  m.def("_low_precision_tables_made", &openmtia::lowPrecisionTablesMade);
+  m.def("_low_precision_chunked_calls", &openmtia::lowPrecisionChunkedCalls);
+  m.def("_low_precision_gemm_entries", &openmtia::lowPrecisionGemmEntries);
+  // the host GEMM (host_gemm.h; OPENMTIA_HOST_GEMM=0 at start disables it)
+  m.def("_host_gemm", &openmtia::hostGemmAvailable);
+  m.def("_set_host_gemm", &openmtia::setHostGemm);
+  // a kernel's work from which it runs on every thread, and a matrix op's
+  // weight per element (threads.cpp), for tests
+  m.def("_parallel_work", [] { return openmtia::kParallelWork; });
+  m.def("_dense_work_scale", [] { return openmtia::kDenseWorkScale; });
+  // bf16/fp16 activations through the fused kernel (low_precision_activations.h)
+  m.def("_fused_activation_calls", &openmtia::fusedActivationCalls);
+  m.def("_fused_reduction_calls", &openmtia::fusedReductionCalls);
+  m.def("_fused_softmax_calls", &openmtia::fusedSoftmaxCalls);
+  m.def("_fused_norm_calls", &openmtia::fusedNormCalls);
+  m.def("_fused_comparison_calls", &openmtia::fusedComparisonCalls);
+  m.def("_fused_arithmetic_calls", &openmtia::fusedArithmeticCalls);
+  m.def("_loop_min_elements", &openmtia::loopMinElements);
+  m.def("_set_loop_min_elements", &openmtia::setLoopMinElements);
+  m.def("_activation_isa", [] {
+    const auto isa = openmtia::kernelIsa();
+    return isa == openmtia::KernelIsa::kAvx512 ? "avx512" : isa == openmtia::KernelIsa::kAvx2 ? "avx2" : "none";
+  });
+  m.def("_set_activation_isa", [](const std::string& name) {
+    TORCH_CHECK(name == "avx512" || name == "avx2" || name == "none", "_set_activation_isa: avx512, avx2 or none");
+    openmtia::setKernelIsa(name == "avx512" ? openmtia::KernelIsa::kAvx512
+                           : name == "avx2" ? openmtia::KernelIsa::kAvx2
+                                            : openmtia::KernelIsa::kNone);
+  });
+  // (onednn: gelu and its backward, whose native kernel may be oneDNN's)
+  m.def("_activation_path", [](py::object dtype, bool onednn) {
+    TORCH_CHECK(THPDtype_Check(dtype.ptr()), "_activation_path: expected a torch.dtype");
+    return openmtia::activationPath(reinterpret_cast<THPDtype*>(dtype.ptr())->scalar_type, onednn) ==
+                   openmtia::LowPrecisionPath::kFloat32
+               ? "float32"
+               : "native";
+  });
+  m.def("_low_precision_matrix_ops", [] {
+    const auto& ops = openmtia::lowPrecisionMatrixOps();
+    return std::vector<std::string>(ops.begin(), ops.end());
+  });
+  // The fallback's plan cache (csrc/plan_cache.h): its size, bounds and counts.
+  m.def("_plan_cache_stats", [] {
+    openmtia::PlanCacheStats s = openmtia::planCache().stats();
+    py::dict d;
+    d["entries"] = s.entries;
+    d["bytes"] = s.bytes;
+    d["hits"] = s.hits;
+    d["misses"] = s.misses;
+    d["evictions"] = s.evictions;
+    d["first_calls"] = s.first_calls;
+    d["shape_calls"] = s.shape_calls;
+    d["max_entries"] = s.max_entries;
+    d["max_bytes"] = s.max_bytes;
+    return d;
+  });
+  // Bounds of the plan cache (<= 0: the default); for tests of its eviction.
+  m.def("_set_plan_cache_limits", [](int64_t max_entries, int64_t max_bytes) {
+    openmtia::planCache().setLimits(max_entries, max_bytes);
+  });
+  m.def("_clear_plan_cache", [] { openmtia::planCache().clear(); });
+  m.def("_prebuilt_kernel_count", &openmtia::prebuiltKernelCount);
+  m.def("_device_memory_info", [](int device) {
+    size_t free_b = 0, total = 0;
+    OMR_CALL(omr::memGetInfo(device, &free_b, &total));
+    return py::make_tuple(free_b, total);
+  });
+  py::class_<Gate, std::shared_ptr<Gate>>(m, "_Gate").def("release", &Gate::release);
+  // For tests: hold the current stream of `device` until the gate is released.
+  // A gate not released within `timeout_s` opens all the same (nothing hangs)
+  // but fails its task: the next sync of the stream raises, so the test that
+  // held it fails (something it expected to return at once waited instead).
+  m.def("_launch_blocking_task", [](int device, double timeout_s) {
+    openmtia::checkDevice(static_cast<c10::DeviceIndex>(device));
+    // on a synchronous driver the gate would hold the launching thread itself
+    TORCH_CHECK(OMR_CALL(omr::deviceProperties(device)).asynchronous,
+                "_launch_blocking_task needs an asynchronous driver (OMTIA_DEVICE_ASYNC); the loaded one runs "
+                "tasks on the launching thread (a test that holds a stream is marked needs_async)");
+    auto gate = std::make_shared<Gate>();
+    openmtia::launchOnCurrentStream(static_cast<c10::DeviceIndex>(device), "test_gate", [gate, timeout_s] {
+      if (!gate->wait(timeout_s))
+        throw std::runtime_error("test gate not released within " + std::to_string(timeout_s) +
+                                 " s: the test held the stream and something waited for it");
+    });
+    return gate;
+  }, py::arg("device"), py::arg("timeout_s") = 30.0);
+  // For tests of asynchronous error reporting: enqueue a task that fails.
+  m.def("_launch_failing_task", [](int device, const std::string& name, const std::string& message) {
+    openmtia::checkDevice(static_cast<c10::DeviceIndex>(device));
+    openmtia::launchOnCurrentStream(static_cast<c10::DeviceIndex>(device), name.c_str(),
+                                    [message] { throw std::runtime_error(message); });
+  });
+}

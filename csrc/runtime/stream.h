@@ -1,0 +1,29 @@
+// The current mtia stream of each thread and device (like CUDA's), and launches on it.
+#pragma once
+
+#include <c10/core/Stream.h>
+
+#include <utility>
+
+#include "openmtia/runtime.h"
+#include "runtime/errors.h"
+
+namespace openmtia {
+
+c10::Stream currentStream(c10::DeviceIndex index);  // -1: current device
+c10::Stream defaultStream(c10::DeviceIndex index);
+void setCurrentStream(const c10::Stream& stream);
+c10::Stream makeStream(c10::DeviceIndex index, omr::StreamId id);
+inline omr::StreamId streamId(const c10::Stream& s) { return static_cast<omr::StreamId>(s.id()); }
+
+omr::StreamId currentStreamId(c10::DeviceIndex device);  // of the calling thread
+// Enqueue `fn` (a callable that throws on failure) as a device task on the
+// current stream of `device`.
+template <typename F>
+void launchOnCurrentStream(c10::DeviceIndex device, const char* name, F&& fn) {
+  OMR_CALL(omr::launch(device, currentStreamId(device), name, std::forward<F>(fn)));
+}
+// Waits for the current stream of `device` (raises pending task errors).
+void syncCurrentStream(c10::DeviceIndex device);
+
+}  // namespace openmtia

@@ -24,23 +24,39 @@ DRIVERS = ["libopenmtia_driver_emulated.so", "libopenmtia_driver_reference.so"]
 
 
 class CMakeBuild(build_ext):
-    def _driver_pairs(self):
-        """(built, in-place) paths of the drivers: beside _C in both places."""
+    @staticmethod
+    def _test_module():
+        """OPENMTIA_TEST_MODULE=1 (scripts/test.sh): also openmtia._C_test."""
+        return os.environ.get("OPENMTIA_TEST_MODULE", "0") == "1"
+
+    def _beside_c(self):
+        """What ships beside _C: the drivers, and the test module when asked."""
+        names = list(DRIVERS)
+        if self._test_module():
+            names.append(Path(self.get_ext_filename("openmtia._C_test")).name)
+        return names
+
+    def _pairs(self):
+        """(built, in-place) paths of what ships beside _C, in both places."""
         built = Path(self.build_lib) / "openmtia"
-        return [(str(built / d), str(ROOT / "openmtia" / d)) for d in DRIVERS]
+        return [(str(built / d), str(ROOT / "openmtia" / d)) for d in self._beside_c()]
 
     def get_outputs(self):
-        return super().get_outputs() + [b for b, _ in self._driver_pairs() if not self.inplace]
+        return super().get_outputs() + [b for b, _ in self._pairs() if not self.inplace]
 
     def _get_output_mapping(self):
         yield from super()._get_output_mapping()
         if self.inplace:
-            yield from self._driver_pairs()
+            yield from self._pairs()
 
     def copy_extensions_to_source(self):
         super().copy_extensions_to_source()
-        for built, inplace in self._driver_pairs():
+        for built, inplace in self._pairs():
             self.copy_file(built, inplace, level=self.verbose)
+        if not self._test_module():  # no stale test module from an earlier build
+            stale = ROOT / "openmtia" / Path(self.get_ext_filename("openmtia._C_test")).name
+            if stale.exists():
+                stale.unlink()
 
     def build_extension(self, ext):
         import torch.utils
@@ -54,6 +70,7 @@ class CMakeBuild(build_ext):
             f"-DCMAKE_PREFIX_PATH={torch.utils.cmake_prefix_path}",
             f"-DPython3_EXECUTABLE={sys.executable}",
             f"-DOPENMTIA_BUILD_TESTS={os.environ.get('OPENMTIA_BUILD_TESTS', 'OFF')}",
+            f"-DOPENMTIA_BUILD_TEST_MODULE={'ON' if self._test_module() else 'OFF'}",
         ]
         subprocess.check_call(cfg)
         jobs = os.environ.get("OPENMTIA_BUILD_JOBS", str(os.cpu_count() or 2))
@@ -63,7 +80,11 @@ class CMakeBuild(build_ext):
         self.copy_file(str(built), str(out))
         for driver in DRIVERS:
             self.copy_file(str(build_dir / "runtime" / driver), str(out.parent / driver))
-
+        test_module = out.parent / Path(self.get_ext_filename("openmtia._C_test")).name
+        if self._test_module():
+            self.copy_file(str(next(build_dir.glob("_C_test.*.so"))), str(test_module))
+        elif test_module.exists():
+            test_module.unlink()
 
 setup(
     name="openmtia",

@@ -51,7 +51,9 @@ def adamw_under_load():
     steps(3)
     torch.mtia.synchronize()
     reserved, allocs = torch.accelerator.memory_reserved(), torch.mtia.memory_stats()["num_device_alloc"]
-    openmtia._C._launch_blocking_task(0, 1.0)  # the device is busy for a second
+    busy = torch.randn(2048, 2048, device="mtia")
+    for _ in range(8):
+        busy = busy @ busy / 2048  # the device is busy for a while: the steps queue behind it
     steps(100)
     print(f"2. AdamW, 100 warm steps on a busy device: reserved {reserved / MiB:.1f} -> "
           f"{torch.accelerator.memory_reserved() / MiB:.1f} MiB, num_device_alloc {allocs} -> "

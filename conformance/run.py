@@ -19,7 +19,7 @@ differ), more_accurate (bf16/fp16 values that differ from CPU's beyond the
 tolerance but are closer to the float64 result than CPU's: where CPU's kernel
 rounds partial sums to the dtype, e.g. col2im in conv_transpose or addbmm's
 per-batch sums, and mtia computes in float32 with one rounding, see
-csrc/low_precision.h; the standard PyTorch holds CUDA to), error (mtia raised
+csrc/aten/low_precision/low_precision.h; the standard PyTorch holds CUDA to), error (mtia raised
 where CPU did not), not_implemented (mtia lacks the op), skipped (OpInfo's own
 skip or xfail for test_compare_cpu). The pass rate counts pass and
 more_accurate. Random ops

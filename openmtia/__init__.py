@@ -69,7 +69,7 @@ def _autograd_device_threads_started():
 
 
 def _at_exit():
-    # Before Python finalizes (csrc/process_exit.cpp). Registered at import, so
+    # Before Python finalizes (csrc/runtime/process_exit.cpp). Registered at import, so
     # it runs after the atexit handlers of code that imported torch.
     # 1. Autograd's device threads must not hold the last reference to a graph
     #    task (it holds Python objects), or the process aborts at exit. Only if

@@ -5,10 +5,11 @@ Registered for the "mtia" device when openmtia loads, so that
 torch.device("mtia", rank))`` and ``backend="mtia:openmtia,cpu:gloo"`` pick it
 for mtia tensors, while CPU tensors keep Gloo.
 
-The backend (csrc/distributed/) is built on Gloo, the engine shipped in the
-torch wheel: it holds a ``ProcessGroupGloo`` of its own and runs each
-collective as a task on a communication stream of the device, over the device
-memory itself. A second, tiny Gloo group exchanges each call's signature
+The backend (csrc/distributed/) runs each collective as a task on a
+communication stream of the device, over the device memory itself, through a
+*transport*: any c10d backend of host (CPU) tensors, made by ``transport()``
+below. It is Gloo, the engine shipped in the torch wheel; a port to a device
+with its own collectives replaces ``transport()``. A second, tiny Gloo group exchanges each call's signature
 (op, dtype, sizes) so that a mismatch across ranks raises on every rank;
 ``OPENMTIA_C10D_CHECK=0`` turns that exchange off.
 
@@ -25,14 +26,20 @@ from . import _C
 NAME = "openmtia"
 
 
+def transport(store, rank, world_size, timeout):
+    """The c10d backend that moves the bytes: collectives of host tensors
+    (views of the device memory, or staged copies of it)."""
+    return dist.ProcessGroupGloo(store, rank, world_size, timeout)
+
+
 def _create_backend(store, rank, world_size, timeout):
-    gloo = dist.ProcessGroupGloo(dist.PrefixStore("data/", store), rank, world_size, timeout)
+    data = transport(dist.PrefixStore("data/", store), rank, world_size, timeout)
     check = None
     if os.environ.get("OPENMTIA_C10D_CHECK", "1") != "0":
         check = dist.ProcessGroupGloo(dist.PrefixStore("check/", store), rank, world_size, timeout)
     # The rank's device: init_process_group's device_id, else the device of
     # its first collective's tensors (as NCCL guesses it).
-    return _C._c10d_backend(gloo, check, rank, world_size, -1)
+    return _C._c10d_backend(data, check, rank, world_size, -1)
 
 
 def register():

@@ -18,14 +18,15 @@ case "$kind" in address|thread) ;; *) echo "sanitize.sh: address or thread, not 
 [ -x .venv/bin/python ] || bash scripts/setup.sh
 PY=$PWD/.venv/bin/python
 B=$PWD/build/sanitize-$kind
-cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DOPENMTIA_SANITIZE="$kind" -DOPENMTIA_BUILD_TESTS=ON \
+cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DOPENMTIA_SANITIZE="$kind" -DOPENMTIA_BUILD_TESTS=ON -DOPENMTIA_BUILD_TEST_MODULE=ON \
   -DCMAKE_PREFIX_PATH="$($PY -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')" \
   -DPython3_EXECUTABLE="$PY" >/dev/null
 cmake --build "$B" -j "${OPENMTIA_BUILD_JOBS:-$(nproc)}"
 rm -rf "$B/pkg" && mkdir -p "$B/pkg"
 cp -r openmtia "$B/pkg/"
-find "$B/pkg" \( -name '_C.*.so' -o -name __pycache__ \) -prune -exec rm -rf {} +
-cp "$B"/_C.*.so "$B/pkg/openmtia/"
+find "$B/pkg" \( -name '_C.*.so' -o -name '_C_test.*.so' -o -name __pycache__ \) -prune -exec rm -rf {} +
+cp "$B"/_C.*.so "$B"/_C_test.*.so "$B/pkg/openmtia/"
+cp "$B"/runtime/libopenmtia_driver_*.so "$B/pkg/openmtia/"  # (the sanitized drivers)
 
 logs=$B/reports
 rm -rf "$logs" && mkdir -p "$logs"

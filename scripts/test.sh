@@ -3,7 +3,7 @@
 # (ctest) and the pytest suites.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+OPENMTIA_TEST_MODULE=1 bash scripts/setup.sh  # (with the test-only module openmtia._C_test)
 
 echo "== runtime GoogleTests (ctest)"
 cmake -S . -B build/runtime-tests -G Ninja -DCMAKE_BUILD_TYPE=Release \

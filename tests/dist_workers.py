@@ -238,7 +238,7 @@ def sends_first(rank, world, port):
 
 # ---------------------------------------------------------------- stream semantics
 def stream_semantics(rank, world, port):
-    from openmtia import _C
+    from openmtia import _C_test
     dev = init(rank, world, port)
     t = torch.zeros(1 << 16, device=dev)
     # warm up: a signature's first call runs synchronously (it makes its plan)
@@ -246,7 +246,7 @@ def stream_semantics(rank, world, port):
     t.mul_(2)
     dist.all_reduce(t)
     torch.mtia.synchronize()
-    gate = _C._launch_blocking_task(dev.index, 30.0)  # holds the current stream
+    gate = _C_test.launch_blocking_task(dev.index, 30.0)  # holds the current stream
     t.fill_(rank + 1)  # queued behind the gate
     t0 = time.perf_counter()
     work = dist.all_reduce(t, async_op=True)
@@ -269,7 +269,7 @@ def stream_semantics(rank, world, port):
     x * 10
     torch.mtia.synchronize()
     with torch.mtia.stream(s):
-        gate = _C._launch_blocking_task(dev.index, 30.0)
+        gate = _C_test.launch_blocking_task(dev.index, 30.0)
         x.fill_(rank + 1)
         dist.all_reduce(x)
         y = x * 10

@@ -1,4 +1,4 @@
-"""The low-precision paths the tests run (csrc/low_precision*.h): the mode
+"""The low-precision paths the tests run (csrc/aten/low_precision/*.h): the mode
 (OPENMTIA_LOW_PRECISION) and the vector loops' ISA, set for one test."""
 import openmtia
 import pytest

@@ -7,11 +7,12 @@ import pytest
 import torch
 
 import openmtia
+import openmtia._C_test  # the test-only module (launch_blocking_task, ...)
 
 
 def hold(device=0):
     """Holds the current stream of `device` until .release()."""
-    return openmtia._C._launch_blocking_task(device)
+    return openmtia._C_test.launch_blocking_task(device)
 
 
 def warm(fn):
@@ -130,7 +131,7 @@ def test_cpu_scalar_tensors_next_to_mtia_tensors_run_async():
     # a device tensor, which the CPU kernel (and CUDA) accepts
     x = torch.randn(16, device="mtia")
     warm(lambda: (torch.copysign(x, torch.tensor(-1.0)), torch.copysign(x, torch.tensor(1))))
-    gate = openmtia._C._launch_blocking_task(0, 2.0)  # a synchronous op would wait out the timeout
+    gate = openmtia._C_test.launch_blocking_task(0, 2.0)  # a synchronous op would wait out the timeout
     y = torch.copysign(x, torch.tensor(-1.0))
     z = torch.copysign(x, torch.tensor(1))  # an int64 scalar: the result stays float32
     assert not torch.mtia.current_stream().query()
@@ -384,7 +385,7 @@ def test_tasks_snapshot_metadata_at_launch():
 def test_a_gate_not_released_in_time_fails_the_test_that_held_it():
     # a test gate opens after its timeout (nothing hangs), but its task fails:
     # the sync that follows raises, so a test that relied on the hold fails
-    gate = openmtia._C._launch_blocking_task(0, 0.2)
+    gate = openmtia._C_test.launch_blocking_task(0, 0.2)
     with pytest.raises(RuntimeError, match="test gate not released within"):
         torch.mtia.synchronize()
     gate.release()

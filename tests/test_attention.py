@@ -1,7 +1,7 @@
 """scaled_dot_product_attention on mtia picks its backend as CPU does
-(csrc/attention.cpp): CPU's flash kernel where CPU takes it (on mtia through
+(csrc/aten/attention.cpp): CPU's flash kernel where CPU takes it (on mtia through
 the fallback; bf16/fp16 over float32 stand-ins on the float32 path,
-csrc/low_precision.h), math where CPU takes math or sdpa_kernel asks for it.
+csrc/aten/low_precision/low_precision.h), math where CPU takes math or sdpa_kernel asks for it.
 Against CPU PyTorch, forward and backward."""
 import pytest
 import torch

@@ -16,6 +16,7 @@ from torch._inductor.utils import run_and_get_code
 import openmtia
 import openmtia.inductor
 import openmtia.inductor.graphs as mtia_graphs
+import openmtia._C_test  # the test-only module (launch_blocking_task, ...)
 
 
 @pytest.fixture(autouse=True)
@@ -27,7 +28,7 @@ def _fresh_dynamo():
 
 def gate(device=0, timeout_s=30.0):
     """Holds the current stream of `device` until released."""
-    return openmtia._C._launch_blocking_task(device, timeout_s)
+    return openmtia._C_test.launch_blocking_task(device, timeout_s)
 
 
 def mtia_like(module):

@@ -44,7 +44,7 @@ def test_conformance_full_run(tmp_path):
 def test_opinfo_through_the_low_precision_loops(tmp_path):
     """bf16/fp16 with OPENMTIA_LOOP_MIN_ELEMENTS=0: every sample the vector
     loops take (OpInfo's are all below their default 32768 elements) runs
-    through them (csrc/low_precision_kernels.h): no failure beyond the known
+    through them (csrc/aten/low_precision/kernels.h): no failure beyond the known
     ones (100 s on 2 cores)."""
     env = dict(os.environ, OPENMTIA_LOOP_MIN_ELEMENTS="0")
     r = subprocess.run([sys.executable, str(ROOT / "conformance" / "run.py"), "--dtypes", "bfloat16,float16",

@@ -3,6 +3,7 @@ import itertools
 
 import pytest
 import torch
+import openmtia._C_test  # the test-only module (launch_blocking_task, ...)
 
 DTYPES = [torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
           torch.float16, torch.bfloat16, torch.float32, torch.float64,
@@ -139,7 +140,7 @@ class TestNonBlocking:
         """Holds the current stream of `device` until the gate is released."""
         import openmtia
 
-        return openmtia._C._launch_blocking_task(device, timeout_s)
+        return openmtia._C_test.launch_blocking_task(device, timeout_s)
 
     @pytest.mark.needs_async
     def test_pinned_h2d_returns_before_the_copy_runs(self):
@@ -195,7 +196,7 @@ def test_a_dtype_conversion_on_the_device_takes_its_operands_at_the_call():
     x = a.to("mtia")
     dst = torch.empty(6, 5, dtype=torch.float64, device="mtia")
     torch.mtia.synchronize()
-    gate = openmtia._C._launch_blocking_task(0)
+    gate = openmtia._C_test.launch_blocking_task(0)
     try:
         half = x.to(torch.bfloat16)
         dst.copy_(x)

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 import openmtia
+import openmtia._C_test  # the test-only module (launch_blocking_task, ...)
 
 
 def test_availability_and_accelerator():
@@ -64,7 +65,7 @@ def test_streams():
 def test_stream_query_reflects_pending_work():
     s = torch.Stream(device="mtia")
     with torch.mtia.stream(s):
-        gate = openmtia._C._launch_blocking_task(0)
+        gate = openmtia._C_test.launch_blocking_task(0)
     assert not s.query()
     gate.release()
     s.synchronize()
@@ -78,7 +79,7 @@ def test_events_order_streams_and_time():
     end = torch.Event(device="mtia", enable_timing=True)
     with torch.mtia.stream(s1):
         start.record()
-        gate = openmtia._C._launch_blocking_task(0)
+        gate = openmtia._C_test.launch_blocking_task(0)
         x = torch.full((10,), 2.0, device="mtia")
         end.record()
     assert not end.query()
@@ -110,7 +111,7 @@ def test_elapsed_time_requires_timing():
 def test_wait_stream():
     s = torch.Stream(device="mtia")
     with torch.mtia.stream(s):
-        gate = openmtia._C._launch_blocking_task(0)
+        gate = openmtia._C_test.launch_blocking_task(0)
     torch.mtia.current_stream().wait_stream(s)
     assert not torch.mtia.current_stream().query()
     gate.release()

@@ -17,13 +17,14 @@ import openmtia
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 import pressure_demo  # noqa: E402  (bench/: the scenarios of the pressure demo)
+import openmtia._C_test  # the test-only module (launch_blocking_task, ...)
 
 MiB = 1 << 20
 
 
 def hold(device=0):
     """Holds the current stream of `device` until .release()."""
-    return openmtia._C._launch_blocking_task(device)
+    return openmtia._C_test.launch_blocking_task(device)
 
 
 def warm(fn):
@@ -178,10 +179,10 @@ def test_empty_cache_waits_for_queued_work_using_freed_blocks():
 def test_a_launch_into_a_full_queue_waits_without_the_gil():
     depth = 64
     out = run_python(f"""
-        import threading, time, torch, openmtia
+        import threading, time, torch, openmtia, openmtia._C_test
         x = torch.zeros(16, device="mtia")
         x.add_(1); torch.mtia.synchronize()
-        gate = openmtia._C._launch_blocking_task(0)
+        gate = openmtia._C_test.launch_blocking_task(0)
         launched = [0]
         def launcher():
             for _ in range({depth} * 4):

@@ -3,6 +3,7 @@ import pytest
 import torch
 
 import openmtia
+import openmtia._C_test  # the test-only module (launch_blocking_task, ...)
 
 
 def still_works(device="mtia"):
@@ -66,7 +67,7 @@ def test_out_of_memory_raises_and_device_recovers():
 
 
 def test_failing_async_task_raises_at_next_sync():
-    openmtia._C._launch_failing_task(0, "gather_kernel", "index 12 is out of bounds for size 4")
+    openmtia._C_test.launch_failing_task(0, "gather_kernel", "index 12 is out of bounds for size 4")
     with pytest.raises(RuntimeError, match="gather_kernel.*index 12 is out of bounds"):
         torch.mtia.synchronize()
     torch.mtia.synchronize()  # reported once
@@ -76,16 +77,16 @@ def test_failing_async_task_raises_at_next_sync():
 def test_failing_async_task_raises_at_stream_and_event_sync_and_item():
     s = torch.Stream(device="mtia")
     with torch.mtia.stream(s):
-        openmtia._C._launch_failing_task(0, "bad_on_stream", "boom")
+        openmtia._C_test.launch_failing_task(0, "bad_on_stream", "boom")
     with pytest.raises(RuntimeError, match="bad_on_stream"):
         s.synchronize()
     ev = torch.Event(device="mtia")
-    openmtia._C._launch_failing_task(0, "bad_before_event", "boom")
+    openmtia._C_test.launch_failing_task(0, "bad_before_event", "boom")
     ev.record()
     with pytest.raises(RuntimeError, match="bad_before_event"):
         ev.synchronize()
     x = torch.ones(2, device="mtia")
-    openmtia._C._launch_failing_task(0, "bad_before_item", "boom")
+    openmtia._C_test.launch_failing_task(0, "bad_before_item", "boom")
     with pytest.raises(RuntimeError, match="bad_before_item"):
         x.sum().item()
     still_works()

@@ -1,7 +1,7 @@
 """Graph replays of elementwise ops equal CPU on each replay's new inputs.
 
 A captured structured TensorIterator op (most pointwise ops) replays with its
-iterator built at capture time (csrc/prebuilt.cpp). These tests run PyTorch's
+iterator built at capture time (csrc/aten/prebuilt.cpp). These tests run PyTorch's
 own OpInfo samples of the elementwise ops, functional and in-place: capture
 once, then replay with new input values (a permutation of the sample's) and
 compare with CPU exactly. A kernel that kept a snapshot of an input (e.g. a

@@ -264,7 +264,7 @@ def test_a_signature_never_run_before_can_be_captured():
 
 
 def test_transformer_training_step_replays_equal_eager_steps_bitwise():
-    # most of its pointwise ops replay prebuilt kernels (csrc/prebuilt.cpp)
+    # most of its pointwise ops replay prebuilt kernels (csrc/aten/prebuilt.cpp)
     def make():
         torch.manual_seed(0)
         layer = torch.nn.TransformerEncoderLayer(32, 4, 64, dropout=0.0, batch_first=True)

@@ -1,4 +1,4 @@
-"""The device's kernel threads (csrc/threads.cpp): the host thread keeps no
+"""The device's kernel threads (csrc/aten/threads.cpp): the host thread keeps no
 OpenMP team of its own after a CPU kernel it runs itself (a synchronous
 call), and an idle stream worker keeps none either. A team left beside the
 workers' makes libgomp put every device kernel's threads to sleep between

@@ -1,4 +1,4 @@
-"""bf16/fp16 matrix ops (csrc/low_precision.h): both paths, forced on any host
+"""bf16/fp16 matrix ops (csrc/aten/low_precision/low_precision.h): both paths, forced on any host
 (OPENMTIA_LOW_PRECISION), against CPU PyTorch in the same dtype."""
 import os
 import subprocess
@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 import openmtia
+import openmtia._C_test as C_test  # the test-only module
 
 import low_precision_setting
 
@@ -246,7 +247,7 @@ def test_queued_calls_share_their_float32_scratch_and_stay_correct(dtype):
         torch.mtia.synchronize()
         allocated = lambda: torch.mtia.memory_stats()["allocated_bytes.all.current"]
         base = allocated()
-        gate = C._launch_blocking_task(a.device.index, 30.0)  # holds the stream: the calls queue up
+        gate = C_test.launch_blocking_task(a.device.index, 30.0)  # holds the stream: the calls queue up
         try:
             outs = [torch.mm(a * (i + 1), b) for i in range(40)]  # each call: a, a*(i+1) and its output scratch
             grown = allocated() - base
@@ -306,7 +307,7 @@ def chunks(n, operand_elements):
     return n % threads == 0 or n >= 4 * threads
 
 
-# The host GEMM (csrc/host_gemm.h) takes a chunked call's entries where each
+# The host GEMM (csrc/aten/host_gemm.h) takes a chunked call's entries where each
 # entry of its operands and output is one run of memory (row- or
 # column-major: bmm_out_strided's output) and their float32 stand-ins fit
 # one thread's buffer (kChunkElements, 256K, in low_precision.cpp); the

@@ -1,4 +1,4 @@
-"""bf16/fp16 activations (csrc/low_precision_activations.h): the fused kernel
+"""bf16/fp16 activations (csrc/aten/low_precision/activations.h): the fused kernel
 (mode float32, what a host without native low precision runs) and CPU's
 kernels (mode native), forced on any host, against CPU PyTorch."""
 import os

@@ -1,4 +1,4 @@
-"""bf16/fp16 add, sub, mul, div (csrc/low_precision_arithmetic.h) through
+"""bf16/fp16 add, sub, mul, div (csrc/aten/low_precision/arithmetic.h) through
 the vector loops (AVX2 and, on hosts with it, AVX-512) and through CPU's
 kernels (OPENMTIA_LOW_PRECISION=native, or no ISA), against CPU PyTorch."""
 import operator

@@ -1,5 +1,5 @@
 """bf16/fp16 ops that only move elements (flip, gather, scatter with a
-tensor of values) over int16 views of the same bytes (csrc/low_precision.h,
+tensor of values) over int16 views of the same bytes (csrc/aten/low_precision/low_precision.h,
 lowPrecisionBitsOps): CPU's kernel for 2-byte integers, which is faster than
 its bf16/fp16 one, moves the same bits. Calls with a number converted to the
 dtype (scatter's value, its reduce) and mixed dtypes keep CPU's kernel of the

@@ -1,4 +1,4 @@
-"""bf16/fp16 comparisons (csrc/low_precision_comparisons.h) through the
+"""bf16/fp16 comparisons (csrc/aten/low_precision/comparisons.h) through the
 vector loops (AVX2 and, on hosts with it, AVX-512) and through CPU's kernels
 (OPENMTIA_LOW_PRECISION=native, or no ISA), against CPU PyTorch: bit for
 bit, NaN and infinities included."""

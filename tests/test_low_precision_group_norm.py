@@ -1,4 +1,4 @@
-"""bf16/fp16 group_norm, forward and backward (csrc/low_precision_norm.cpp),
+"""bf16/fp16 group_norm, forward and backward (csrc/aten/low_precision/norm.cpp),
 through the loops (AVX2 and, on hosts with it, AVX-512) and through CPU's
 kernels (OPENMTIA_LOW_PRECISION=native, or no ISA), against CPU PyTorch in
 the same dtype and the float64 result: each element as close to float64's

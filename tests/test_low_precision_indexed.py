@@ -1,4 +1,4 @@
-"""bf16/fp16 embedding backward (csrc/low_precision_indexed.h): each
+"""bf16/fp16 embedding backward (csrc/aten/low_precision/indexed.h): each
 indexed row added in index order with the arithmetic loop (CPU's bits),
 through the loops (AVX2 and, on hosts with it, AVX-512) and through CPU's
 kernels (mode native, or no ISA), against CPU PyTorch in the same dtype."""

@@ -1,4 +1,4 @@
-"""bf16/fp16 layer_norm, forward and backward (csrc/low_precision_norm.h),
+"""bf16/fp16 layer_norm, forward and backward (csrc/aten/low_precision/norm.h),
 through the row loops (AVX2 and, on hosts with it, AVX-512) and through
 CPU's kernels (OPENMTIA_LOW_PRECISION=native, or no ISA), against CPU
 PyTorch in the same dtype."""

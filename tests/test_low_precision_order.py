@@ -1,6 +1,6 @@
 """bf16/fp16 order ops (sort, topk, kthvalue, median, nanmedian, mode,
 cummax, cummin) over
-float32 stand-ins (csrc/low_precision.h, lowPrecisionOrderOps): widening is
+float32 stand-ins (csrc/aten/low_precision/low_precision.h, lowPrecisionOrderOps): widening is
 exact and keeps every comparison, so CPU's float32 kernel gives CPU's
 bf16/fp16 values and indices bit for bit, ties, NaN, inf and -0.0 included.
 In mode native they run CPU's kernel of the dtype itself."""

@@ -1,5 +1,5 @@
 """bf16/fp16 reductions of all elements and over the last dims
-(csrc/low_precision_reductions.h): sum, mean, amax and amin through the vector loops (AVX2 and, on hosts with
+(csrc/aten/low_precision/reductions.h): sum, mean, amax and amin through the vector loops (AVX2 and, on hosts with
 it, AVX-512) and through CPU's kernels (OPENMTIA_LOW_PRECISION=native, or no
 ISA), against CPU PyTorch in the same dtype."""
 import os

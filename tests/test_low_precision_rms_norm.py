@@ -1,4 +1,4 @@
-"""bf16/fp16 rms_norm, forward and backward (csrc/low_precision_norm.h:
+"""bf16/fp16 rms_norm, forward and backward (csrc/aten/low_precision/norm.h:
 torch.rms_norm calls _fused_rms_norm, whose CPU kernel is a composite of
 casts and five ops), through the row loops (AVX2 and, on hosts with it,
 AVX-512) and through torch's composite (OPENMTIA_LOW_PRECISION=native, or

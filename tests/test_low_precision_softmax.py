@@ -1,5 +1,5 @@
 """bf16/fp16 softmax and log_softmax, forward and backward, over the last dim
-(csrc/low_precision_softmax.h) through the row loop (AVX2 and, on hosts with
+(csrc/aten/low_precision/softmax.h) through the row loop (AVX2 and, on hosts with
 it, AVX-512) and through CPU's kernels (OPENMTIA_LOW_PRECISION=native, or no
 ISA), against CPU PyTorch in the same dtype."""
 import pytest

@@ -1,5 +1,5 @@
 """bf16/fp16 ops whose CPU kernels cost far more than float32's plus the
-conversions (xlogy: csrc/low_precision.h, lowPrecisionStandInOps; erfinv,
+conversions (xlogy: csrc/aten/low_precision/low_precision.h, lowPrecisionStandInOps; erfinv,
 erfc and sinc are tables now: test_low_precision_tables.py): their calls run CPU's float32 kernel over float32 stand-ins, each result rounded
 once to the dtype, where the path is float32; in mode native CPU's kernel of
 the dtype. Against CPU's bf16/fp16 kernels within the dtype's tolerances, and

@@ -1,5 +1,5 @@
 """bf16/fp16 functions of one tensor through tables of CPU's results
-(csrc/low_precision_tables.h): where the path is float32 (not mode native),
+(csrc/aten/low_precision/tables.h): where the path is float32 (not mode native),
 a call over a plain tensor of at least 32,768 elements looks each element up
 in a table that CPU's own kernel of the dtype made over all 65,536 bit
 patterns. Against CPU's kernel on the same tensor: bit for bit (inf, signed

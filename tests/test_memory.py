@@ -1,6 +1,7 @@
 """The caching device allocator: statistics, empty_cache, steady-state reuse."""
 import pytest
 import torch
+import openmtia._C_test  # the test-only module (launch_blocking_task, ...)
 
 
 def test_a_warm_training_loop_makes_no_device_allocations():
@@ -125,7 +126,7 @@ def test_pinned_blocks_are_cached_and_reused_only_after_the_copy_completed():
     y = torch.empty(4096, pin_memory=True)
     assert y.data_ptr() == ptr  # the cached block
     y.fill_(1.0)
-    gate = openmtia._C._launch_blocking_task(0)
+    gate = openmtia._C_test.launch_blocking_task(0)
     d = y.to("mtia", non_blocking=True)  # waits behind the held stream
     del y
     z = torch.empty(4096, pin_memory=True)

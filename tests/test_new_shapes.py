@@ -6,7 +6,7 @@ strides: dtypes, devices, ranks, aliasing, number classes) is planned by the
 op's C++ meta function, the CPU kernel's own argument check, and runs
 asynchronously: the call returns before the op has run, its argument errors
 still raise at the call, its device-data errors at the next sync. (The ops
-here are boxed-fallback ops: small pointwise ops of csrc/pointwise.cpp's
+here are boxed-fallback ops: small pointwise ops of csrc/aten/pointwise.cpp's
 unboxed path have no plans.)
 """
 import subprocess
@@ -17,6 +17,7 @@ import pytest
 import torch
 
 import openmtia
+import openmtia._C_test  # the test-only module (launch_blocking_task, ...)
 
 
 def stats():
@@ -25,7 +26,7 @@ def stats():
 
 def hold():
     """Holds the current stream of mtia:0 until .release() (or 10 s)."""
-    return openmtia._C._launch_blocking_task(0, 10.0)
+    return openmtia._C_test.launch_blocking_task(0, 10.0)
 
 
 @pytest.mark.needs_async

@@ -49,9 +49,9 @@
 // (what CPU's kernel computes: `a + 1 * b` is `a + b` exactly). Every other
 // call goes through the boxed fallback unchanged, except bf16/fp16 sigmoid,
 // silu, relu, log, reciprocal, the roundings, frac, sign and pow(x, 2) of more than GRAIN_SIZE elements where the fused kernel
-// takes them (low_precision_activations.h), sum, mean, amax and amin of
-// all the elements of such tensors (low_precision_reductions.h) and their
-// comparisons (low_precision_comparisons.h).
+// takes them (low_precision/activations.h), sum, mean, amax and amin of
+// all the elements of such tensors (low_precision/reductions.h) and their
+// comparisons (low_precision/comparisons.h).
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/EmptyTensor.h>
 #include <ATen/MemoryOverlap.h>
@@ -229,7 +229,7 @@ constexpr bool floatOp() {
 
 // sigmoid, silu, relu, log, reciprocal, the roundings, frac and sign of
 // bf16/fp16 tensors on the float32 path: the
-// fused kernel of low_precision_activations.h (above GRAIN_SIZE elements).
+// fused kernel of low_precision/activations.h (above GRAIN_SIZE elements).
 template <size_t I>
 constexpr std::optional<Activation> fusedKind() {
   constexpr std::string_view n = kUnaryOps[I];
@@ -965,7 +965,7 @@ struct Binary {
   }
 
   // bf16/fp16 tensors above GRAIN_SIZE with a tensor alike or a number: the
-  // vector loops (low_precision_arithmetic.h); false if not taken
+  // vector loops (low_precision/arithmetic.h); false if not taken
   static constexpr Arithmetic kArithmetic = op == Op::kAdd   ? Arithmetic::kAdd
                                             : op == Op::kSub ? Arithmetic::kSub
                                             : op == Op::kMul ? Arithmetic::kMul
@@ -1237,7 +1237,7 @@ at::Tensor varStd(const at::Tensor& x, at::OptionalIntArrayRef dim, const std::o
   static constexpr const char* name = kStd ? "aten::std" : "aten::var";
   static const c10::OperatorHandle h = handle(name, "correction");
   // every element of a bf16/fp16 tensor above GRAIN_SIZE (degrees of
-  // freedom > 0): the loops (low_precision_reductions.h)
+  // freedom > 0): the loops (low_precision/reductions.h)
   if (fusedReduction(x) && (!dim || trailingDims(x, *dim) == x.dim()) && (!correction || !correction->isComplex())) {
     const double c = correction ? correction->toDouble() : 1.0;
     if (static_cast<double>(x.numel()) - c > 0) return fusedVarianceResult(x, c, kStd, keepdim);
@@ -1299,7 +1299,7 @@ at::Tensor prodAll(const at::Tensor& x, std::optional<at::ScalarType> dtype) {
 
 at::Tensor prodDim(const at::Tensor& x, int64_t dim, bool keepdim, std::optional<at::ScalarType> dtype) {
   static const c10::OperatorHandle h = handle("aten::prod", "dim_int");
-  if (auto fused = fusedProd(x, dim, keepdim, dtype)) return *fused;  // (bf16/fp16: low_precision_reductions.h)
+  if (auto fused = fusedProd(x, dim, keepdim, dtype)) return *fused;  // (bf16/fp16: low_precision/reductions.h)
   return prodOf(x, dim, keepdim, dtype, h, {x, dim, keepdim, dtype});
 }
 

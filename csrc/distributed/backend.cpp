@@ -1,5 +1,7 @@
-// openmtia's c10d backend ("openmtia"): collectives of mtia tensors run by
-// Gloo, the engine shipped in the torch wheel, over the device memory itself.
+// openmtia's c10d backend ("openmtia"): collectives of mtia tensors run by a
+// transport, a c10d backend of host tensors (Gloo, the engine shipped in the
+// torch wheel: openmtia/distributed.py's transport()), over the device memory
+// itself.
 //
 // A collective is issued like an NCCL one: the backend's communication stream
 // (a high-priority stream of the device) waits for the work already queued on
@@ -108,9 +110,9 @@ std::optional<double> premulToSum(c10d::ReduceOp& op) {
 
 class MtiaBackend final : public c10d::Backend {
  public:
-  MtiaBackend(c10::intrusive_ptr<c10d::Backend> gloo, c10::intrusive_ptr<c10d::Backend> check, int rank, int size,
+  MtiaBackend(c10::intrusive_ptr<c10d::Backend> transport, c10::intrusive_ptr<c10d::Backend> check, int rank, int size,
               int device)
-      : Backend(rank, size), gloo_(std::move(gloo)), check_(std::move(check)), completer_(new Completer()) {
+      : Backend(rank, size), transport_(std::move(transport)), check_(std::move(check)), completer_(new Completer()) {
     if (device >= 0) bindDevice(device);
   }
 
@@ -144,7 +146,7 @@ class MtiaBackend final : public c10d::Backend {
     return out;
   }
   void setTimeout(std::chrono::milliseconds timeout) override {
-    gloo_->setTimeout(timeout);
+    transport_->setTimeout(timeout);
     if (check_) check_->setTimeout(timeout);
   }
 
@@ -154,9 +156,9 @@ class MtiaBackend final : public c10d::Backend {
     TORCH_CHECK(opts.rootTensor >= 0 && opts.rootTensor < (int64_t)tensors.size(), "openmtia: broadcast: invalid root tensor");
     Signature sig = signature(OpType::BROADCAST, tensors, opts.rootRank);
     auto views = hostViews(tensors);
-    auto gloo = gloo_;
-    return issue(OpType::BROADCAST, "broadcast", tensors, tensors, sig, [gloo, views, opts]() mutable {
-      return gloo->broadcast(views, opts);
+    auto transport = transport_;
+    return issue(OpType::BROADCAST, "broadcast", tensors, tensors, sig, [transport, views, opts]() mutable {
+      return transport->broadcast(views, opts);
     });
   }
 
@@ -164,12 +166,12 @@ class MtiaBackend final : public c10d::Backend {
     checkSame(tensors, "all_reduce");
     Signature sig = signature(OpType::ALLREDUCE, tensors, -1, opts.reduceOp);
     auto views = hostViews(tensors);
-    auto gloo = gloo_;
+    auto transport = transport_;
     c10d::AllreduceOptions o = opts;
-    return issue(OpType::ALLREDUCE, "all_reduce", tensors, tensors, sig, [gloo, views, o]() mutable {
+    return issue(OpType::ALLREDUCE, "all_reduce", tensors, tensors, sig, [transport, views, o]() mutable {
       if (auto f = premulToSum(o.reduceOp))
         for (auto& v : views) v.mul_(*f);
-      return gloo->allreduce(views, o);
+      return transport->allreduce(views, o);
     });
   }
 
@@ -178,9 +180,9 @@ class MtiaBackend final : public c10d::Backend {
     checkNoPremul(opts.reduceOp, "all_reduce_coalesced");
     Signature sig = signature(OpType::ALLREDUCE_COALESCED, tensors, -1, opts.reduceOp);
     auto views = hostViews(tensors);
-    auto gloo = gloo_;
+    auto transport = transport_;
     return issue(OpType::ALLREDUCE_COALESCED, "all_reduce_coalesced", tensors, tensors, sig,
-                 [gloo, views, opts]() mutable { return gloo->allreduce_coalesced(views, opts); });
+                 [transport, views, opts]() mutable { return transport->allreduce_coalesced(views, opts); });
   }
 
   WorkPtr reduce(Tensors& tensors, const c10d::ReduceOptions& opts) override {
@@ -188,17 +190,17 @@ class MtiaBackend final : public c10d::Backend {
     checkRoot(opts.rootRank, "reduce");
     Signature sig = signature(OpType::REDUCE, tensors, opts.rootRank, opts.reduceOp);
     auto views = hostViews(tensors);
-    auto gloo = gloo_;
+    auto transport = transport_;
     c10d::ReduceOptions o = opts;
     bool root = getRank() == opts.rootRank;
-    return issue(OpType::REDUCE, "reduce", tensors, tensors, sig, [gloo, views, o, root]() mutable {
+    return issue(OpType::REDUCE, "reduce", tensors, tensors, sig, [transport, views, o, root]() mutable {
       // The root's tensor is the output. Another rank's input stays as it was
       // (as with NCCL): Gloo's reduce uses it as scratch space, so a copy goes.
       if (!root)
         for (auto& v : views) v = v.clone();
       if (auto f = premulToSum(o.reduceOp))
         for (auto& v : views) v.mul_(*f);
-      return gloo->reduce(views, o);
+      return transport->reduce(views, o);
     });
   }
 
@@ -208,9 +210,9 @@ class MtiaBackend final : public c10d::Backend {
     Signature sig = signature(OpType::ALLGATHER, inputs);
     auto in = hostViews(inputs);
     auto out = hostViews(outputs);
-    auto gloo = gloo_;
+    auto transport = transport_;
     return issue(OpType::ALLGATHER, "all_gather", concat(inputs, flat(outputs)), flat(outputs), sig,
-                 [gloo, in, out, opts]() mutable { return gloo->allgather(out, in, opts); });
+                 [transport, in, out, opts]() mutable { return transport->allgather(out, in, opts); });
   }
 
   WorkPtr _allgather_base(at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& opts) override {
@@ -221,9 +223,9 @@ class MtiaBackend final : public c10d::Backend {
                 output.numel(), " elements; expected ", input.numel() * getSize(), " (input x world size)");
     Signature sig = signature(OpType::_ALLGATHER_BASE, {input});
     at::Tensor in = hostViews({input})[0], out = hostViews({output})[0];
-    auto gloo = gloo_;
+    auto transport = transport_;
     return issue(OpType::_ALLGATHER_BASE, "all_gather_into_tensor", {input, output}, {output}, sig,
-                 [gloo, in, out, opts]() mutable { return gloo->_allgather_base(out, in, opts); });
+                 [transport, in, out, opts]() mutable { return transport->_allgather_base(out, in, opts); });
   }
 
   WorkPtr allgather_into_tensor_coalesced(Tensors& outputs, Tensors& inputs,
@@ -231,9 +233,9 @@ class MtiaBackend final : public c10d::Backend {
     checkWorldSized(outputs, inputs, "all_gather_into_tensor_coalesced");
     Signature sig = signature(OpType::ALLGATHER_COALESCED, inputs);
     auto in = hostViews(inputs), out = hostViews(outputs);
-    auto gloo = gloo_;
+    auto transport = transport_;
     return issue(OpType::ALLGATHER_COALESCED, "all_gather_into_tensor_coalesced", concat(inputs, outputs), outputs,
-                 sig, [gloo, in, out, opts]() mutable { return gloo->allgather_into_tensor_coalesced(out, in, opts); });
+                 sig, [transport, in, out, opts]() mutable { return transport->allgather_into_tensor_coalesced(out, in, opts); });
   }
 
   WorkPtr allgather_coalesced(std::vector<Tensors>& outputs, Tensors& inputs,
@@ -242,9 +244,9 @@ class MtiaBackend final : public c10d::Backend {
     Signature sig = signature(OpType::ALLGATHER_COALESCED, inputs);
     auto in = hostViews(inputs);
     auto out = hostViews(outputs);
-    auto gloo = gloo_;
+    auto transport = transport_;
     return issue(OpType::ALLGATHER_COALESCED, "all_gather_coalesced", concat(inputs, flat(outputs)), flat(outputs),
-                 sig, [gloo, in, out, opts]() mutable { return gloo->allgather_coalesced(out, in, opts); });
+                 sig, [transport, in, out, opts]() mutable { return transport->allgather_coalesced(out, in, opts); });
   }
 
   WorkPtr gather(std::vector<Tensors>& outputs, Tensors& inputs, const c10d::GatherOptions& opts) override {
@@ -252,9 +254,9 @@ class MtiaBackend final : public c10d::Backend {
     Signature sig = signature(OpType::GATHER, inputs, opts.rootRank);
     auto in = hostViews(inputs);
     auto out = hostViews(outputs);
-    auto gloo = gloo_;
+    auto transport = transport_;
     return issue(OpType::GATHER, "gather", concat(inputs, flat(outputs)), flat(outputs), sig,
-                 [gloo, in, out, opts]() mutable { return gloo->gather(out, in, opts); });
+                 [transport, in, out, opts]() mutable { return transport->gather(out, in, opts); });
   }
 
   WorkPtr scatter(Tensors& outputs, std::vector<Tensors>& inputs, const c10d::ScatterOptions& opts) override {
@@ -262,9 +264,9 @@ class MtiaBackend final : public c10d::Backend {
     Signature sig = signature(OpType::SCATTER, outputs, opts.rootRank);
     auto in = hostViews(inputs);
     auto out = hostViews(outputs);
-    auto gloo = gloo_;
+    auto transport = transport_;
     return issue(OpType::SCATTER, "scatter", concat(outputs, flat(inputs)), outputs, sig,
-                 [gloo, in, out, opts]() mutable { return gloo->scatter(out, in, opts); });
+                 [transport, in, out, opts]() mutable { return transport->scatter(out, in, opts); });
   }
 
   WorkPtr reduce_scatter(Tensors& outputs, std::vector<Tensors>& inputs,
@@ -274,14 +276,14 @@ class MtiaBackend final : public c10d::Backend {
     Signature sig = signature(OpType::REDUCE_SCATTER, outputs, -1, opts.reduceOp);
     auto in = hostViews(inputs);
     auto out = hostViews(outputs);
-    auto gloo = gloo_;
+    auto transport = transport_;
     c10d::ReduceScatterOptions o = opts;
     return issue(OpType::REDUCE_SCATTER, "reduce_scatter", concat(outputs, flat(inputs)), outputs, sig,
-                 [gloo, in, out, o]() mutable {
+                 [transport, in, out, o]() mutable {
                    if (auto f = premulToSum(o.reduceOp))
                      for (auto& l : in)
                        for (auto& t : l) t = t * *f;  // the inputs stay as they were
-                   return gloo->reduce_scatter(out, in, o);
+                   return transport->reduce_scatter(out, in, o);
                  });
   }
 
@@ -294,12 +296,12 @@ class MtiaBackend final : public c10d::Backend {
                 input.numel(), " elements; expected ", output.numel() * getSize(), " (output x world size)");
     Signature sig = signature(OpType::_REDUCE_SCATTER_BASE, {output}, -1, opts.reduceOp);
     at::Tensor in = hostViews({input})[0], out = hostViews({output})[0];
-    auto gloo = gloo_;
+    auto transport = transport_;
     c10d::ReduceScatterOptions o = opts;
     return issue(OpType::_REDUCE_SCATTER_BASE, "reduce_scatter_tensor", {input, output}, {output}, sig,
-                 [gloo, in, out, o]() mutable {
+                 [transport, in, out, o]() mutable {
                    if (auto f = premulToSum(o.reduceOp)) in = in * *f;  // the input stays as it was
-                   return gloo->_reduce_scatter_base(out, in, o);
+                   return transport->_reduce_scatter_base(out, in, o);
                  });
   }
 
@@ -309,10 +311,10 @@ class MtiaBackend final : public c10d::Backend {
     checkNoPremul(opts.reduceOp, "reduce_scatter_tensor_coalesced");
     Signature sig = signature(OpType::REDUCE_SCATTER_TENSOR_COALESCED, outputs, -1, opts.reduceOp);
     auto in = hostViews(inputs), out = hostViews(outputs);
-    auto gloo = gloo_;
+    auto transport = transport_;
     return issue(OpType::REDUCE_SCATTER_TENSOR_COALESCED, "reduce_scatter_tensor_coalesced", concat(inputs, outputs),
                  outputs, sig,
-                 [gloo, in, out, opts]() mutable { return gloo->reduce_scatter_tensor_coalesced(out, in, opts); });
+                 [transport, in, out, opts]() mutable { return transport->reduce_scatter_tensor_coalesced(out, in, opts); });
   }
 
   WorkPtr alltoall_base(at::Tensor& output, at::Tensor& input, std::vector<int64_t>& output_splits,
@@ -337,11 +339,11 @@ class MtiaBackend final : public c10d::Backend {
     auto sends = rows(input, input_splits), expects = rows(output, output_splits);
     addTransfers(sig, getRank(), sends, expects);
     at::Tensor in = hostViews({input})[0], out = hostViews({output})[0];
-    auto gloo = gloo_;
+    auto transport = transport_;
     return issue(
         OpType::ALLTOALL_BASE, "all_to_all_single", {input, output}, {output}, sig,
-        [gloo, in, out, output_splits, input_splits, opts]() mutable {
-          return gloo->alltoall_base(out, in, output_splits, input_splits, opts);
+        [transport, in, out, output_splits, input_splits, opts]() mutable {
+          return transport->alltoall_base(out, in, output_splits, input_splits, opts);
         },
         false, Lane::kCollective, c10::str("sends ", c10::IntArrayRef(sends), " elements and expects ", c10::IntArrayRef(expects)));
   }
@@ -360,10 +362,10 @@ class MtiaBackend final : public c10d::Backend {
     }
     addTransfers(sig, getRank(), sends, expects);
     auto in = hostViews(inputs), out = hostViews(outputs);
-    auto gloo = gloo_;
+    auto transport = transport_;
     return issue(
         OpType::ALLTOALL, "all_to_all", concat(inputs, outputs), outputs, sig,
-        [gloo, in, out, opts]() mutable { return gloo->alltoall(out, in, opts); }, false, Lane::kCollective,
+        [transport, in, out, opts]() mutable { return transport->alltoall(out, in, opts); }, false, Lane::kCollective,
         c10::str("sends ", c10::IntArrayRef(sends), " elements and expects ", c10::IntArrayRef(expects)));
   }
 
@@ -380,15 +382,15 @@ class MtiaBackend final : public c10d::Backend {
     checkPeer(dst, "send");
     TORCH_CHECK(tensors.size() == 1, "openmtia: send takes one tensor, got ", tensors.size());
     auto views = hostViews(tensors);
-    auto gloo = gloo_, check = check_;
+    auto transport = transport_, check = check_;
     int rank = getRank();
     return issue(OpType::SEND, "send", tensors, {}, std::nullopt,
-                 [gloo, check, views, dst, tag, rank]() mutable {
-                   if (!check) return gloo->send(views, dst, tag);
+                 [transport, check, views, dst, tag, rank]() mutable {
+                   if (!check) return transport->send(views, dst, tag);
                    at::Tensor mine = messageHeader(views[0]), theirs = at::empty({kHeader}, at::kLong);
                    Tensors h{mine}, a{theirs};
                    check->send(h, dst, tag)->wait();
-                   gloo->send(views, dst, tag)->wait();
+                   transport->send(views, dst, tag)->wait();
                    check->recv(a, dst, tag)->wait();
                    if (!sameSize(mine, theirs))
                      throw std::runtime_error("openmtia: send/recv mismatch: rank " + std::to_string(rank) + " sent " +
@@ -405,17 +407,17 @@ class MtiaBackend final : public c10d::Backend {
     checkPeer(src, "recv");
     TORCH_CHECK(tensors.size() == 1, "openmtia: recv takes one tensor, got ", tensors.size());
     auto views = hostViews(tensors);
-    auto gloo = gloo_, check = check_;
+    auto transport = transport_, check = check_;
     int rank = getRank();
     return issue(OpType::RECV, "recv", tensors, tensors, std::nullopt,
-                 [gloo, check, views, src, tag, rank]() mutable {
-                   if (!check) return gloo->recv(views, src, tag);
+                 [transport, check, views, src, tag, rank]() mutable {
+                   if (!check) return transport->recv(views, src, tag);
                    at::Tensor mine = messageHeader(views[0]), theirs = at::empty({kHeader}, at::kLong);
                    Tensors h{theirs}, a{mine};
                    check->recv(h, src, tag)->wait();
                    bool same = sameSize(mine, theirs);
                    Tensors into = same ? views : Tensors{at::empty({theirs.data_ptr<int64_t>()[0]}, at::kByte)};
-                   gloo->recv(into, src, tag)->wait();
+                   transport->recv(into, src, tag)->wait();
                    check->send(a, src, tag)->wait();
                    if (!same)
                      throw std::runtime_error("openmtia: send/recv mismatch: rank " + std::to_string(rank) +
@@ -431,8 +433,8 @@ class MtiaBackend final : public c10d::Backend {
     // Like NCCL's, a barrier also waits for the device: its task runs after
     // the work queued on the current stream, and wait() blocks the host.
     Signature sig = signature(OpType::BARRIER, {});
-    auto gloo = gloo_;
-    return issue(OpType::BARRIER, "barrier", {}, {}, sig, [gloo, opts]() mutable { return gloo->barrier(opts); },
+    auto transport = transport_;
+    return issue(OpType::BARRIER, "barrier", {}, {}, sig, [transport, opts]() mutable { return transport->barrier(opts); },
                  /*host_wait=*/true);
   }
 
@@ -718,7 +720,7 @@ class MtiaBackend final : public c10d::Backend {
     return c10::make_intrusive<MtiaWork>(getRank(), type, nullptr, op, mode, exec);
   }
 
-  c10::intrusive_ptr<c10d::Backend> gloo_, check_;
+  c10::intrusive_ptr<c10d::Backend> transport_, check_;
   std::unique_ptr<Completer> completer_;
   int device_ = -1;
   omr::StreamId comm_stream_ = 0, send_stream_ = 0, recv_stream_ = 0;
@@ -731,17 +733,18 @@ class MtiaBackend final : public c10d::Backend {
 void initDistributedBindings(py::module& m) {
   m.def(
       "_c10d_backend",
-      [](py::object gloo, py::object check, int rank, int size, int device) {
+      [](py::object transport, py::object check, int rank, int size, int device) {
         auto unwrap = [](py::object o) -> c10::intrusive_ptr<c10d::Backend> {
           if (o.is_none()) return {};
           return o.cast<c10::intrusive_ptr<c10d::Backend>>();
         };
         c10::intrusive_ptr<c10d::Backend> backend =
-            c10::make_intrusive<MtiaBackend>(unwrap(gloo), unwrap(check), rank, size, device);
+            c10::make_intrusive<MtiaBackend>(unwrap(transport), unwrap(check), rank, size, device);
         return backend;
       },
-      py::arg("gloo"), py::arg("check"), py::arg("rank"), py::arg("size"), py::arg("device"),
-      "openmtia's c10d backend over a Gloo process group (and a second one for the call signatures, or None)");
+      py::arg("transport"), py::arg("check"), py::arg("rank"), py::arg("size"), py::arg("device"),
+      "openmtia's c10d backend over a transport (a c10d backend of host tensors: Gloo) and a Gloo group for the "
+      "call signatures (or None)");
 }
 
 }  // namespace openmtia::dist

@@ -4,12 +4,6 @@
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/Generator.h>
 #include <torch/csrc/utils/pybind.h>
-#include <torch/library.h>
-
-#include <chrono>
-#include <condition_variable>
-#include <mutex>
-#include <stdexcept>
 
 #include "openmtia/runtime.h"
 #include "aten/fallback/fallback.h"
@@ -32,6 +26,7 @@
 #include "compile/kernels.h"
 #include "distributed/backend.h"
 #include "profiler/kineto_plugin.h"
+#include "python/extension_api.h"
 #include "python/gil.h"
 #include "runtime/device.h"
 #include "runtime/errors.h"
@@ -42,37 +37,6 @@
 #include "runtime/stream.h"
 
 namespace py = pybind11;
-
-namespace {
-// A gate a test task waits on, so tests can hold a stream busy. Waiting never
-// needs the GIL.
-struct Gate {
-  std::mutex mu;
-  std::condition_variable cv;
-  bool open = false;
-  void release() {
-    std::lock_guard<std::mutex> lk(mu);
-    open = true;
-    cv.notify_all();
-  }
-  // false: not released within timeout_s
-  bool wait(double timeout_s) {
-    std::unique_lock<std::mutex> lk(mu);
-    return cv.wait_for(lk, std::chrono::duration<double>(timeout_s), [this] { return open; });
-  }
-};
-}  // namespace
-
-// Test-only ops with a C++ CPU kernel and no meta kernel: tests give them
-// meta kernels that disagree with the CPU kernel (tests/test_async.py).
-TORCH_LIBRARY(openmtia_test, m) {
-  m.def("double_a(Tensor x) -> Tensor");
-  m.def("double_b(Tensor x) -> Tensor");
-}
-TORCH_LIBRARY_IMPL(openmtia_test, CPU, m) {
-  m.impl("double_a", [](const at::Tensor& x) { return x.mul(2); });
-  m.impl("double_b", [](const at::Tensor& x) { return x.mul(2); });
-}
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "openmtia: an open MTIA backend for PyTorch";
@@ -115,7 +79,7 @@ PYBIND11_MODULE(_C, m) {
     return openmtia::isCapturing(index);
   }, py::arg("device") = -1);
   m.def("_staged_result_count", &openmtia::stagedResultCount);
-  // bf16/fp16 matrix ops (csrc/low_precision.h): the mode (OPENMTIA_LOW_PRECISION)
+  // bf16/fp16 matrix ops (csrc/aten/low_precision/low_precision.h): the mode (OPENMTIA_LOW_PRECISION)
   // and the path it gives a dtype.
   m.def("_low_precision_mode", &openmtia::lowPrecisionMode);
   m.def("_set_low_precision_mode", &openmtia::setLowPrecisionMode);
@@ -138,7 +102,7 @@ PYBIND11_MODULE(_C, m) {
   // weight per element (threads.cpp), for tests
   m.def("_parallel_work", [] { return openmtia::kParallelWork; });
   m.def("_dense_work_scale", [] { return openmtia::kDenseWorkScale; });
-  // bf16/fp16 activations through the fused kernel (low_precision_activations.h)
+  // bf16/fp16 activations through the fused kernel (low_precision/activations.h)
   m.def("_fused_activation_calls", &openmtia::fusedActivationCalls);
   m.def("_fused_reduction_calls", &openmtia::fusedReductionCalls);
   m.def("_fused_softmax_calls", &openmtia::fusedSoftmaxCalls);
@@ -169,7 +133,7 @@ PYBIND11_MODULE(_C, m) {
     const auto& ops = openmtia::lowPrecisionMatrixOps();
     return std::vector<std::string>(ops.begin(), ops.end());
   });
-  // The fallback's plan cache (csrc/plan_cache.h): its size, bounds and counts.
+  // The fallback's plan cache (csrc/aten/fallback/plan_cache.h): its size, bounds and counts.
   m.def("_plan_cache_stats", [] {
     openmtia::PlanCacheStats s = openmtia::planCache().stats();
     py::dict d;
@@ -195,29 +159,6 @@ PYBIND11_MODULE(_C, m) {
     OMR_CALL(omr::memGetInfo(device, &free_b, &total));
     return py::make_tuple(free_b, total);
   });
-  py::class_<Gate, std::shared_ptr<Gate>>(m, "_Gate").def("release", &Gate::release);
-  // For tests: hold the current stream of `device` until the gate is released.
-  // A gate not released within `timeout_s` opens all the same (nothing hangs)
-  // but fails its task: the next sync of the stream raises, so the test that
-  // held it fails (something it expected to return at once waited instead).
-  m.def("_launch_blocking_task", [](int device, double timeout_s) {
-    openmtia::checkDevice(static_cast<c10::DeviceIndex>(device));
-    // on a synchronous driver the gate would hold the launching thread itself
-    TORCH_CHECK(OMR_CALL(omr::deviceProperties(device)).asynchronous,
-                "_launch_blocking_task needs an asynchronous driver (OMTIA_DEVICE_ASYNC); the loaded one runs "
-                "tasks on the launching thread (a test that holds a stream is marked needs_async)");
-    auto gate = std::make_shared<Gate>();
-    openmtia::launchOnCurrentStream(static_cast<c10::DeviceIndex>(device), "test_gate", [gate, timeout_s] {
-      if (!gate->wait(timeout_s))
-        throw std::runtime_error("test gate not released within " + std::to_string(timeout_s) +
-                                 " s: the test held the stream and something waited for it");
-    });
-    return gate;
-  }, py::arg("device"), py::arg("timeout_s") = 30.0);
-  // For tests of asynchronous error reporting: enqueue a task that fails.
-  m.def("_launch_failing_task", [](int device, const std::string& name, const std::string& message) {
-    openmtia::checkDevice(static_cast<c10::DeviceIndex>(device));
-    openmtia::launchOnCurrentStream(static_cast<c10::DeviceIndex>(device), name.c_str(),
-                                    [message] { throw std::runtime_error(message); });
-  });
+  // what other extensions (and openmtia._C_test) may call: python/extension_api.h
+  openmtia::initExtensionApiBindings(m);
 }

@@ -1,4 +1,4 @@
-// The fused bf16/fp16 activation kernels (see low_precision_activations.h).
+// The fused bf16/fp16 activation kernels (see low_precision/activations.h).
 #include "openmtia/runtime.h"
 #include "aten/fallback/fallback.h"
 #include "aten/low_precision/activations.h"
@@ -202,7 +202,7 @@ at::Tensor thresholdBackward(const at::Tensor& grad, const at::Tensor& x, const 
 }
 
 // hardtanh (relu6's) is CPU's clamp(x, min, max): the clamp loop
-// (low_precision_arithmetic.h).
+// (low_precision/arithmetic.h).
 at::Tensor hardtanh(const at::Tensor& x, const c10::Scalar& lo, const c10::Scalar& hi) {
   static const c10::OperatorHandle op = handle("aten::hardtanh");
   if (!fusedClamp(x, lo, hi)) return boxedFallbackCall(op, {x, lo, hi});

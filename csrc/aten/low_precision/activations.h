@@ -15,7 +15,7 @@
 // accurate to a few float32 ulps, so results agree with CPU's within
 // torch.testing's bf16/fp16 tolerances; NaN and infinities give CPU's
 // results (gelu(+inf) = inf: CPU's float32 and bf16 kernels give NaN there,
-// its fp16 kernel and CUDA inf). The loops are low_precision_kernels.h's
+// its fp16 kernel and CUDA inf). The loops are low_precision/kernels.h's
 // (AVX-512 or AVX2, per host); a host with neither keeps CPU's kernels. On an AVX2 host (1M elements, 2
 // threads) the kernel takes 0.9-1.07x float32 gelu's time (oneDNN's),
 // 0.2-0.9x for the others.

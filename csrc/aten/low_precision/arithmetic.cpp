@@ -1,5 +1,5 @@
 // bf16/fp16 add, sub, mul, div, clamp, rsub and lerp (see
-// low_precision_arithmetic.h).
+// low_precision/arithmetic.h).
 #include "openmtia/runtime.h"
 #include "aten/low_precision/arithmetic.h"
 #include "aten/threads.h"

@@ -13,7 +13,7 @@
 // of 1, its elements evenly spaced: a scale per row, as RMSNorm's x *
 // rsqrt(mean), or x[:, :1]; rows of at least kMinPeriod elements), or a
 // real number run
-// low_precision_kernels.h's loops: computed in float32 and rounded once,
+// low_precision/kernels.h's loops: computed in float32 and rounded once,
 // as CPU's vectorized loop does (add: x + alpha * y in one fused
 // multiply-add; alpha 1: CPU's results bit for bit). alpha and a number are
 // taken as CPU's kernels take them: alpha rounded to the dtype, a number
@@ -60,7 +60,7 @@ void launchClamp(const at::Tensor& a, const std::optional<c10::Scalar>& lo, cons
 // launch (out as above).
 bool fusedLerp(const at::Tensor& self, const at::Tensor& end, const c10::Scalar& weight);
 void launchLerp(const at::Tensor& self, const at::Tensor& end, const c10::Scalar& weight, const at::Tensor& out);
-// Three operands through ternaryLoop (low_precision_kernels.h): addcmul,
+// Three operands through ternaryLoop (low_precision/kernels.h): addcmul,
 // addcdiv (functional and in place: an optimizer's step; value taken in
 // float32, as CPU's kernel takes it), lerp with a tensor weight, clamp with
 // tensor bounds. Whether the loops take self, t1 and t2 (each alike, as for

@@ -1,4 +1,4 @@
-// bf16/fp16 comparisons (see low_precision_comparisons.h).
+// bf16/fp16 comparisons (see low_precision/comparisons.h).
 #include "openmtia/runtime.h"
 #include "aten/low_precision/comparisons.h"
 #include "aten/ops.h"

@@ -6,7 +6,7 @@
 // elements, AVX2 and AVX-512 hosts alike). Where activationPath(dtype,
 // false) (low_precision.h) says kFloat32, comparisons of a contiguous
 // bf16/fp16 mtia tensor of more than GRAIN_SIZE elements with another such
-// tensor (same dtype and sizes) or a real number run low_precision_kernels.h's
+// tensor (same dtype and sizes) or a real number run low_precision/kernels.h's
 // loops: widened exactly, compared in float32 (the results are CPU's, bit for
 // bit; NaN compares false except under ne). A number is first rounded to the
 // tensor's dtype, as CPU's type promotion does (a bf16 tensor and 0.1

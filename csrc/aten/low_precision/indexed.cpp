@@ -1,4 +1,4 @@
-// bf16/fp16 embedding backward, index_add_ and scatter_add_ (see low_precision_indexed.h).
+// bf16/fp16 embedding backward, index_add_ and scatter_add_ (see low_precision/indexed.h).
 #include "openmtia/runtime.h"
 #include "aten/fallback/fallback.h"
 #include "aten/low_precision/indexed.h"

@@ -6,7 +6,7 @@
 // each vector on its own: 1.2x float32's time (1024 indices into 1024 rows
 // of 1024, AVX2 host). Where activationPath() (low_precision.h) says
 // kFloat32, the task runs the same adds through the arithmetic loop
-// (low_precision_kernels.h), each thread over its own range of columns:
+// (low_precision/kernels.h), each thread over its own range of columns:
 // CPU's results bit for bit, 0.7-0.8x. Taken: a contiguous bf16/fp16
 // gradient of more than loopMinElements() elements with rows of at least
 // 64, an int64 or int32 index contiguous on the device, no
@@ -29,7 +29,7 @@
 
 namespace openmtia {
 
-// The ops low_precision_indexed.cpp registers on MTIA.
+// The ops low_precision/indexed.cpp registers on MTIA.
 const std::unordered_set<std::string>& indexedOps();
 // How many calls the loops ran so far (for tests).
 int64_t fusedIndexedCalls();

@@ -1,5 +1,5 @@
 // The bf16/fp16 vector loops, once per instruction set (see
-// low_precision_kernels.h).
+// low_precision/kernels.h).
 #include "aten/low_precision/kernels.h"
 
 #include <ATen/Parallel.h>
@@ -28,7 +28,7 @@ namespace openmtia {
 namespace {
 
 // ------------------------------------------- the loops, once per ISA
-// (low_precision_kernels.inc: the same source at 8 and 16 lanes)
+// (low_precision/kernels.inc: the same source at 8 and 16 lanes)
 namespace avx2 {
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")

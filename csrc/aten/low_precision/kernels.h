@@ -1,14 +1,14 @@
 // The vector loops of the bf16/fp16 fast paths, once per instruction set.
 //
-// One source (low_precision_kernels.inc, GCC vector extensions plus the
+// One source (low_precision/kernels.inc, GCC vector extensions plus the
 // bf16/fp16 conversion intrinsics) is compiled for 16 float32 lanes (AVX-512
 // F+BW) and for 8 (AVX2+FMA+F16C); kernelIsa() picks one per host, and a host
 // with neither keeps CPU's kernels. The loops take contiguous bf16/fp16 data
 // (as uint16_t) and compute in float32: the activations
-// (low_precision_activations.h), the conversions of the float32 matrix path
-// (low_precision.h), the all-element reductions (low_precision_reductions.h),
-// the comparisons (low_precision_comparisons.h) and arithmetic
-// (low_precision_arithmetic.h). Callers check kernelIsa() != kNone first.
+// (low_precision/activations.h), the conversions of the float32 matrix path
+// (low_precision.h), the all-element reductions (low_precision/reductions.h),
+// the comparisons (low_precision/comparisons.h) and arithmetic
+// (low_precision/arithmetic.h). Callers check kernelIsa() != kNone first.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -72,7 +72,7 @@ enum class Activation {
   kEluBackward,           // (g, x): x > 0 ? g * p.b : g * p.c * p.a * exp(x * p.c)
   kEluResultBackward,     // (g, y): y > 0 ? g * p.b : g * p.c * (y + p.a) (y the forward's result)
   kSoftplusBackward,      // (g, x): x * p.a > p.b ? g : g * z / (z + 1), z = exp(x * p.a)
-  // group_norm's per-channel steps (low_precision_norm.cpp): CPU's formulas
+  // group_norm's per-channel steps (low_precision/norm.cpp): CPU's formulas
   kAffine,                // x * p.a + p.b
   kAffineBackward,        // (g, x): p.a * g + p.b * x + p.c
   kNumActivations

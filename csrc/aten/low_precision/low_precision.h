@@ -42,7 +42,7 @@ bool isLowPrecision(c10::ScalarType t);
 
 // The path of matrix ops of `dtype` operands (bf16 or fp16; others: kNative).
 LowPrecisionPath lowPrecisionPath(c10::ScalarType dtype);
-// The path of an activation of `dtype` (low_precision_activations.h):
+// The path of an activation of `dtype` (low_precision/activations.h):
 // kFloat32 (the fused kernel) in mode float32, kNative in mode native; in
 // mode auto kNative only where CPU's kernel of the dtype is oneDNN's native
 // one (`onednn`: gelu and its backward, erf form, on a host where the dtype
@@ -106,7 +106,7 @@ const std::unordered_set<std::string>& lowPrecisionMatrixOps();
 const std::unordered_set<std::string>& lowPrecisionOrderOps();
 // Ops whose CPU bf16/fp16 kernels are slower than their float32 ones plus
 // the conversions on every host, "aten::name": sdpa's flash kernels
-// (csrc/attention.cpp) and xlogy. float32Call takes their bf16/fp16 calls
+// (csrc/aten/attention.cpp) and xlogy. float32Call takes their bf16/fp16 calls
 // where activationPath says kFloat32 (not in mode native), on hosts with
 // native bf16 too: CPU's bf16 flash backward took 6.6 ms for the main job's
 // attention (64x4x12x32, causal) against 0.58 ms over float32 stand-ins
@@ -114,7 +114,7 @@ const std::unordered_set<std::string>& lowPrecisionOrderOps();
 // float32's) xlogy 1.11/1.16 -> 1.05 (xlogy of two alike contiguous
 // tensors is the activation loops' now, 0.2-0.3: these are its other forms). (Functions of one tensor, erfinv,
 // erfc and sinc among them, are tables of CPU's results instead:
-// low_precision_tables.h. Not std()/var() of every element, 7.4 -> 1.17:
+// low_precision/tables.h. Not std()/var() of every element, 7.4 -> 1.17:
 // CPU's bf16 kernel accumulates in float64, float32's overflows to NaN for
 // values near bf16's largest; float64 stand-ins would cost 1.22.) The
 // conversions cost about two passes of a memory-bound float32 op: not for

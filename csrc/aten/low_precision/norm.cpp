@@ -1,4 +1,4 @@
-// bf16/fp16 layer_norm forward and backward (see low_precision_norm.h).
+// bf16/fp16 layer_norm forward and backward (see low_precision/norm.h).
 #include "openmtia/runtime.h"
 #include "aten/fallback/fallback.h"
 #include "aten/low_precision/kernels.h"

@@ -7,7 +7,7 @@
 // Where activationPath(dtype, false) (low_precision.h) says kFloat32,
 // native_layer_norm and native_layer_norm_backward of a contiguous bf16/fp16
 // mtia input of more than loopMinElements() elements, with weight and bias
-// of its dtype (or none) and contiguous, run low_precision_kernels.h's row
+// of its dtype (or none) and contiguous, run low_precision/kernels.h's row
 // loops instead: each row's mean and variance in float32 (two passes), then
 // CPU's formulas per element, rounded once; mean and rstd of the input's
 // dtype, as CPU's. Rows are shared among the threads; the backward's weight
@@ -21,7 +21,7 @@
 
 namespace openmtia {
 
-// The ops low_precision_norm.cpp registers on MTIA.
+// The ops low_precision/norm.cpp registers on MTIA.
 const std::unordered_set<std::string>& normOps();
 // How many calls the loops ran so far (forward and backward), for tests.
 int64_t fusedNormCalls();

@@ -1,4 +1,4 @@
-// bf16/fp16 reductions of all elements (see low_precision_reductions.h).
+// bf16/fp16 reductions of all elements (see low_precision/reductions.h).
 #include "openmtia/runtime.h"
 #include "aten/fallback/fallback.h"
 #include "aten/low_precision/kernels.h"

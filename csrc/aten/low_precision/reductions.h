@@ -8,7 +8,7 @@
 // of all the elements of a contiguous bf16/fp16 mtia tensor of more than
 // GRAIN_SIZE elements, or over its last dims (rows: softmax's and norms'
 // amax(-1), sum(-1); CPU's bf16 amax(-1) is 3.3-3.9x float32's time), runs
-// low_precision_kernels.h's loops instead: float32
+// low_precision/kernels.h's loops instead: float32
 // accumulation (blocks of 64 vectors added in double, as accurate as CPU's
 // cascade sum), one rounding of the result to the dtype; mean =
 // float32(sum) / n, as CPU's; amax/amin exact, NaN if any element is NaN.

@@ -1,4 +1,4 @@
-// bf16/fp16 softmax and log_softmax backward (see low_precision_softmax.h).
+// bf16/fp16 softmax and log_softmax backward (see low_precision/softmax.h).
 #include "openmtia/runtime.h"
 #include "aten/fallback/fallback.h"
 #include "aten/low_precision/kernels.h"

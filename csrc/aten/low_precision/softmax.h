@@ -7,7 +7,7 @@
 // activationPath(dtype, false) (low_precision.h) says kFloat32, the backward
 // over the last dim of contiguous bf16/fp16 mtia tensors of more than
 // GRAIN_SIZE elements (the gradient and the forward's output alike, the
-// input dtype theirs) runs low_precision_kernels.h's row loop instead: the
+// input dtype theirs) runs low_precision/kernels.h's row loop instead: the
 // row's sum in float32, then CPU's formula per element (softmax: y * (g -
 // sum(g * y)); log_softmax: g - exp(y) * sum(g)), rounded once. Rows are
 // shared among the threads. Every other call: the boxed fallback.
@@ -19,7 +19,7 @@
 
 namespace openmtia {
 
-// The ops low_precision_softmax.cpp registers on MTIA (the fallback's
+// The ops low_precision/softmax.cpp registers on MTIA (the fallback's
 // structured-op list leaves them to it).
 const std::unordered_set<std::string>& softmaxOps();
 // How many calls the loops ran so far (for tests).

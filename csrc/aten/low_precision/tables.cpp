@@ -1,4 +1,4 @@
-// Tables of CPU's bf16/fp16 results (low_precision_tables.h).
+// Tables of CPU's bf16/fp16 results (low_precision/tables.h).
 #include "openmtia/runtime.h"
 #include "aten/low_precision/kernels.h"
 #include "aten/low_precision/low_precision.h"

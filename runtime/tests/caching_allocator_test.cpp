@@ -174,7 +174,7 @@ TEST(CachingAllocator, GarbageCollectionFreesCachedBlocksBeforeGrowing) {
 }
 
 namespace {
-// A task that holds its stream busy until *release (as runtime_test.cpp's tests do).
+// A task that holds its stream busy until *release.
 omr::Task busyUntil(std::shared_ptr<std::atomic<bool>> release) {
   return [release] {
     while (!*release) std::this_thread::sleep_for(std::chrono::milliseconds(1));

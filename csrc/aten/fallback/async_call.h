@@ -39,6 +39,12 @@ class AsyncCall {
   // error is about them: it raises at the call).
   bool deferFailure(std::string message);
 
+
+  // After the first call of a signature ran synchronously: checks the plan
+  // against what the CPU kernel did and caches it (see checked()).
+  void learn(bool warned);
+
+ private:
   // Whether the CPU kernel accepts the call with every tensor's values zero
   // (index values valid): run over zero-filled host twins of the arguments
   // (one per storage: aliasing, and so overlap checks, are kept). Only after
@@ -46,11 +52,6 @@ class AsyncCall {
   // over 64 MB (then the error raises at the call).
   bool acceptsZeros(std::vector<c10::IValue> stack);
 
-  // After the first call of a signature ran synchronously: checks the plan
-  // against what the CPU kernel did and caches it (see checked()).
-  void learn(bool warned);
-
- private:
   // New shapes of a known family (the call's signature without its sizes and
   // strides; plan_cache.h) of a structured op: the CPU kernel has run over
   // these dtypes, devices, ranks, aliasing and number classes without an

@@ -69,7 +69,7 @@ def test_a_failing_task_raises_at_the_next_sync_naming_it():
     assert torch.ones(3, device="mtia").sum().item() == 3
 
 
-def test_a_bad_device_is_an_error_message_and_the_user_data_is_destroyed():
+def test_a_bad_device_or_fn_is_an_error_message_and_the_user_data_is_destroyed():
     destroyed = []
 
     @HostFn
@@ -83,6 +83,10 @@ def test_a_bad_device_is_an_error_message_and_the_user_data_is_destroyed():
     err = api().launch_on_current_stream(torch.mtia.device_count(), b"x", fn, 7, destroy)
     assert err is not None and b"invalid mtia device index" in err
     assert destroyed == [7]
+    err = api().launch_on_current_stream(0, b"x", HostFn(), 8, destroy)  # a null fn
+    assert err == b"launch_on_current_stream: fn is null"
+    assert destroyed == [7, 8]
+    assert torch.ones(2, device="mtia").sum().item() == 2  # the device stays usable
 
 
 def test_test_only_bindings_are_not_in_c():

@@ -2,7 +2,6 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include <exception>
-#include <memory>
 #include <stdexcept>
 #include <string>
 
@@ -15,17 +14,19 @@ namespace {
 
 const char* launchOnCurrentStream(int device, const char* name, OmtiaHostFn fn, void* user, OmtiaDestroyFn destroy) {
   thread_local std::string error;
-  // (owns user from here on: destroyed with the task, or now if the launch fails)
-  std::shared_ptr<void> owned(user, [destroy](void* u) {
-    if (destroy) destroy(u);
-  });
   try {
-    TORCH_CHECK(fn, "launch_on_current_stream: fn is null");
+    if (!fn) throw std::invalid_argument("launch_on_current_stream: fn is null");
     checkDevice(static_cast<c10::DeviceIndex>(device));
+  } catch (const std::exception& e) {
+    if (destroy) destroy(user);  // (the launch owns user from the call on)
+    error = e.what();
+    return error.c_str();
+  }
+  try {
+    // the C task as it is: the client hands it to the driver, which runs
+    // destroy (also when the launch fails)
     openmtia::launchOnCurrentStream(static_cast<c10::DeviceIndex>(device), name ? name : "extension_task",
-                                    [fn, owned] {
-                                      if (const char* message = fn(owned.get())) throw std::runtime_error(message);
-                                    });
+                                    omr::HostTask{fn, user, destroy});
     return nullptr;
   } catch (const std::exception& e) {
     error = e.what();

@@ -22,7 +22,7 @@ typedef struct OpenmtiaExtensionApi {
   size_t struct_size;
   /* Enqueues fn(user) as a task named `name` on the calling thread's current
    * stream of mtia:`device`, in order with the ops launched there. fn returns
-   * null, or a message: the task failed, and the stream's next
+   * null, or a message (copied as fn returns): the task failed, and the stream's next
    * synchronization raises it (RuntimeError naming the task). destroy(user),
    * if set, runs on a host thread once the task is done with (also when the
    * launch fails). Returns null, or the launch's error message (valid until

@@ -205,11 +205,8 @@ at::Tensor HostCall::deviceTensor(const at::Tensor& h) {
     syncCurrentStream(device_);
     waited_ = true;
   }
-  if (staged_) {
-    writeFromHost(out, src);
-  } else if (dense) {
-    OMR_CALL(omr::memcpy(out.data_ptr(), src.data_ptr(), static_cast<size_t>(src.numel()) * src.element_size(),
-                         omr::CopyKind::kHostToDevice));
+  if (staged_ || dense) {
+    writeFromHost(out, src);  // (a copy by the driver)
   } else {
     at::AutoDispatchBelowADInplaceOrView g;
     hostView(out).copy_(src);

@@ -3,6 +3,8 @@
 # (ctest) and the pytest suites.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+echo "== layering: no include runs up a layer (tools/check_layers.py)"
+python3 tools/check_layers.py
 OPENMTIA_TEST_MODULE=1 bash scripts/setup.sh  # (with the test-only module openmtia._C_test)
 
 echo "== runtime GoogleTests (ctest)"

@@ -1,6 +1,6 @@
 #include "openmtia/runtime.h"
 #include "distributed/work.h"
-#include "python/gil.h"
+#include "runtime/gil.h"
 #include "runtime/graphs.h"
 #include "runtime/stream.h"
 

@@ -27,7 +27,7 @@
 #include "distributed/backend.h"
 #include "profiler/kineto_plugin.h"
 #include "python/extension_api.h"
-#include "python/gil.h"
+#include "runtime/gil.h"
 #include "runtime/device.h"
 #include "runtime/errors.h"
 #include "runtime/generator.h"

@@ -8,7 +8,7 @@
 #include <mutex>
 
 #include "openmtia/caching_allocator.h"
-#include "python/gil.h"
+#include "runtime/gil.h"
 #include "runtime/device.h"
 #include "runtime/device_allocator.h"
 #include "runtime/errors.h"

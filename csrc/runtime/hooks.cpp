@@ -5,14 +5,14 @@
 #include <ATen/core/CachingHostAllocator.h>
 
 #include "openmtia/runtime.h"
-#include "aten/fallback/plan_cache.h"
-#include "python/gil.h"
+#include "runtime/gil.h"
 #include "runtime/device.h"
 #include "runtime/device_allocator.h"
 #include "runtime/errors.h"
 #include "runtime/generator.h"
 #include "runtime/graphs.h"
 #include "runtime/host_allocator.h"
+#include "runtime/host_memory_stats.h"
 #include "runtime/memory_history.h"
 #include "runtime/stream.h"
 
@@ -107,12 +107,9 @@ struct MTIAHooks final : public at::MTIAHooksInterface {
     at::HostStats pinned = at::getHostAllocator(kMTIA)->get_stats();
     out["host.pinned.allocated_bytes"] = pinned.allocated_bytes.current;
     out["host.pinned.active_bytes"] = pinned.active_bytes.current;
-    // host memory the fallback keeps for its plans (process-wide): see README
-    PlanCacheStats plans = planCache().stats();
-    out["host.plan_cache.bytes"] = plans.bytes;
-    out["host.plan_cache.entries"] = plans.entries;
-    out["host.plan_cache.max_bytes"] = plans.max_bytes;
-    out["host.plan_cache.evictions"] = plans.evictions;
+    // host memory the layers above keep (process-wide; the fallback's plans:
+    // docs/memory.md), registered by them
+    for (const auto& [name, value] : hostMemoryStats()) out[py::str("host." + name)] = value;
     return out.release().ptr();
   }
   PyObject* getDeviceCapability(c10::DeviceIndex index) const override {

@@ -25,7 +25,7 @@
 #include "aten/pointwise.h"
 #include "aten/prebuilt.h"
 #include "aten/threads.h"
-#include "python/gil.h"
+#include "runtime/gil.h"
 #include "runtime/device.h"
 #include "runtime/device_access.h"
 #include "runtime/device_allocator.h"

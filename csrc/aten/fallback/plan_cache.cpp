@@ -1,4 +1,5 @@
 #include "aten/fallback/plan_cache.h"
+#include "runtime/host_memory_stats.h"
 
 #include <algorithm>
 #include <cmath>
@@ -270,6 +271,17 @@ void PlanCache::clear() {
   lru_.clear();
   stats_.entries = stats_.bytes = 0;
 }
+
+namespace {
+// The plans' host memory in torch.mtia.memory_stats() (host.plan_cache.*).
+const bool kStatsRegistered = registerHostMemoryStats([] {
+  PlanCacheStats s = planCache().stats();
+  return HostMemoryStats{{"plan_cache.bytes", s.bytes},
+                         {"plan_cache.entries", s.entries},
+                         {"plan_cache.max_bytes", s.max_bytes},
+                         {"plan_cache.evictions", s.evictions}};
+});
+}  // namespace
 
 PlanCache& planCache() {
   static PlanCache* cache = new PlanCache();

@@ -13,7 +13,7 @@
 #include "aten/fallback/op_traits.h"
 #include "aten/fallback/planner.h"
 #include "aten/per_op.h"
-#include "python/gil.h"
+#include "runtime/gil.h"
 #include "runtime/errors.h"
 #include "runtime/host_views.h"
 

@@ -2,7 +2,7 @@
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/utils/pybind.h>
 
-#include "python/gil.h"
+#include "runtime/gil.h"
 
 namespace py = pybind11;
 

@@ -10,7 +10,7 @@ low-precision table keeps the main cases, this the long tail.
 
 Each time is the median of 7 runs of 10 calls and a synchronize, the three
 dtypes' runs interleaved. A single run reads up to ~4 ms high now and then
-when a synchronize waits for a scheduler tick (README: the synchronize
+when a synchronize waits for a scheduler tick (docs/benchmarks.md: the synchronize
 poll), and a process sometimes runs an op several times slower for a
 while: rerun a marked row before believing it.
 """
@@ -28,7 +28,7 @@ A = torch.ops.aten
 def timed(fns, inner=10, repeats=7):
     """The median time of each of `fns` (by key) over `repeats` runs of
     `inner` calls and a synchronize, the keys interleaved within each run:
-    a stretch of a slow process (README: the synchronize poll; issue notes:
+    a stretch of a slow process (docs/benchmarks.md: the synchronize poll; issue notes:
     two-speed processes) then slows every dtype alike instead of one."""
     for fn in fns.values():
         for _ in range(2):

@@ -3,7 +3,7 @@ torch.compile on mtia against eager CPU, forward and backward, float32 and
 bfloat16, on a slice of ops that covers Inductor's kinds of kernels (pointwise,
 reductions, normalizations, extern matmuls and convolutions, views and
 concatenation, indexing, scans). The full run is `python conformance/run.py
---compiled` (README); both fail on a failure not listed in
+--compiled` (docs/conformance.md); both fail on a failure not listed in
 conformance/known_failures_compiled.json, or a listed one that now passes.
 """
 import json

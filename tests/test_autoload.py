@@ -80,3 +80,45 @@ def test_alloc_conf_caps_the_process_share_and_rejects_bad_entries():
               "except RuntimeError as e:\n    print(str(e).splitlines()[0])",
               OPENMTIA_ALLOC_CONF="max_split_size_mb:lots")
     assert "OPENMTIA_ALLOC_CONF: bad entry 'max_split_size_mb:lots'" in out
+
+
+def _unbuilt_checkout(tmp_path):
+    """A copy of the checkout's layout whose openmtia/ has no extension: what
+    the repository's root looks like when openmtia is installed as a package
+    (not in place)."""
+    import shutil
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    shutil.copy(os.path.join(root, "setup.py"), tmp_path / "setup.py")
+    (tmp_path / "csrc").mkdir()
+    shutil.copytree(os.path.join(root, "openmtia"), tmp_path / "openmtia",
+                    ignore=shutil.ignore_patterns("*.so", "__pycache__"))
+    return tmp_path
+
+
+def test_import_torch_from_an_unbuilt_checkout_still_works(tmp_path):
+    cwd = _unbuilt_checkout(tmp_path)
+    r = subprocess.run([sys.executable, "-c", "import torch, openmtia; print(torch.ones(2).sum().item(), "
+                        "torch.mtia.is_available(), openmtia.__file__)"],
+                       capture_output=True, text=True, cwd=cwd, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split()[:2] == ["2.0", "False"]
+    assert r.stdout.split()[2] == str(cwd / "openmtia" / "__init__.py")  # the checkout's, as Python found it
+    assert "RuntimeWarning: openmtia: you are importing openmtia from its source directory, " \
+           f"{cwd}, which is not built (openmtia/_C is missing)" in r.stderr
+    assert "pip install --no-build-isolation -e ." in r.stderr
+
+
+def test_explicit_import_from_an_unbuilt_checkout_raises_naming_it(tmp_path):
+    cwd = _unbuilt_checkout(tmp_path)
+    r = subprocess.run([sys.executable, "-c", "import openmtia"], capture_output=True, text=True, cwd=cwd,
+                       timeout=120)
+    assert r.returncode == 1
+    assert "ImportError: openmtia: you are importing openmtia from its source directory" in r.stderr
+
+
+def test_a_built_checkout_imports_without_a_warning():
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    r = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-c",
+                        "import torch; print(torch.ones(2, device='mtia').sum().item())"],
+                       capture_output=True, text=True, cwd=root, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "2.0", r.stderr

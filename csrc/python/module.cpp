@@ -41,7 +41,7 @@ namespace py = pybind11;
 PYBIND11_MODULE(_C, m) {
   m.doc() = "openmtia: an open MTIA backend for PyTorch";
   // The driver (OPENMTIA_DRIVER): without one, mtia is unavailable (no
-  // devices) and openmtia/__init__.py warns why; importing still works.
+  // devices) and openmtia/_device.py warns why; importing still works.
   m.def("_driver_name", &omr::driverName);
   m.def("_driver_error", &omr::driverError);
   if (omr::driverError().empty()) {

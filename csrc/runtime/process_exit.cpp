@@ -1,5 +1,5 @@
 // What openmtia does when the process exits: two steps, run by a Python
-// atexit handler (openmtia/__init__.py) before the interpreter finalizes.
+// atexit handler (openmtia/_device.py) before the interpreter finalizes.
 //
 // 1. Autograd's device threads let go of Python objects.
 // torch's autograd engine runs a graph task's mtia nodes on a device thread
@@ -13,7 +13,7 @@
 // "terminate called without an active exception" (the same race exists for
 // CUDA; see pytorch/pytorch#38230 for its history).
 //
-// Before Python finalizes (a Python atexit handler, openmtia/__init__.py), one
+// Before Python finalizes (a Python atexit handler, openmtia/_device.py), one
 // tiny backward made of C++-only tensors runs on each device's autograd thread.
 // A device thread takes ready tasks one at a time and drops a task before it
 // takes the next, so once ours has run, any earlier task is gone; ours holds

@@ -63,15 +63,30 @@ def test_the_docs_have_runnable_blocks():
     print(f"{len(RUNNABLE)} runnable blocks in {len(DOCS)} files")
 
 
+def _anchors(path):
+    """GitHub's anchors of a Markdown file's headings."""
+    out = set()
+    for line in path.read_text().split("\n"):
+        m = re.match(r"#+ (.*)", line)
+        if m:
+            slug = re.sub(r"[^\w\- ]", "", m.group(1).strip().lower()).replace(" ", "-")
+            out.add(slug)
+    return out
+
+
 def test_docs_links_resolve():
-    """Relative links between the docs name files that exist."""
+    """Relative links between the docs name files that exist, and headings
+    that exist in them."""
     missing = []
     for path in DOCS:
-        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", path.read_text()):
+        for target, anchor in re.findall(r"\]\(([^)#\s]*)(?:#([^)\s]*))?\)", path.read_text()):
             if "://" in target:
                 continue
-            if not (path.parent / target).exists():
+            dest = path.parent / target if target else path
+            if not dest.exists():
                 missing.append(f"{path.relative_to(ROOT)} -> {target}")
+            elif anchor and dest.suffix == ".md" and anchor not in _anchors(dest):
+                missing.append(f"{path.relative_to(ROOT)} -> {target}#{anchor}")
     assert not missing, missing
 
 

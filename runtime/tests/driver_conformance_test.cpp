@@ -856,7 +856,11 @@ TEST(Driver, TheIdleHookRunsOnADriverThreadWithNothingQueued) {
   }));
   Stream s(0);
   std::atomic<int> ran{0};
-  for (int i = 0; i < 5; ++i) OK(launch(s.s, "work", [&ran]() -> const char* {
+  // the last piece of work outlasts the host's poll, so that the host sleeps
+  // in stream_synchronize and the driver wakes it (the hook's condition): work
+  // done before the host waited woke no one, and ran no hook (a flaky run)
+  for (int i = 0; i < 5; ++i) OK(launch(s.s, "work", [&ran, i]() -> const char* {
+      if (i == 4) std::this_thread::sleep_for(std::chrono::milliseconds(50));
       ++ran;
       return nullptr;
     }));

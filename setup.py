@@ -19,8 +19,16 @@ class CMakeExtension(Extension):
         super().__init__(name, sources=[])
 
 
-# The device drivers _C loads (OPENMTIA_DRIVER), shipped beside it.
-DRIVERS = ["libopenmtia_driver_emulated.so", "libopenmtia_driver_reference.so"]
+# What ships beside _C: {path in the package: path in the CMake build}. The
+# device drivers _C loads (OPENMTIA_DRIVER); the library and headers that code
+# from Inductor's C++ wrapper (cpp_wrapper, AOTInductor) compiles against.
+SHIPPED = {
+    "libopenmtia_driver_emulated.so": "runtime/libopenmtia_driver_emulated.so",
+    "libopenmtia_driver_reference.so": "runtime/libopenmtia_driver_reference.so",
+    "libopenmtia_aoti.so": "libopenmtia_aoti.so",
+    "include/openmtia/aoti_mtia.h": str(ROOT / "csrc" / "aoti" / "aoti_mtia.h"),
+    "include/openmtia/c_shim_mtia.h": "generated/aoti/c_shim_mtia.h",
+}
 
 
 class CMakeBuild(build_ext):
@@ -31,7 +39,7 @@ class CMakeBuild(build_ext):
 
     def _beside_c(self):
         """What ships beside _C: the drivers, and the test module when asked."""
-        names = list(DRIVERS)
+        names = list(SHIPPED)
         if self._test_module():
             names.append(Path(self.get_ext_filename("openmtia._C_test")).name)
         return names
@@ -52,6 +60,7 @@ class CMakeBuild(build_ext):
     def copy_extensions_to_source(self):
         super().copy_extensions_to_source()
         for built, inplace in self._pairs():
+            Path(inplace).parent.mkdir(parents=True, exist_ok=True)
             self.copy_file(built, inplace, level=self.verbose)
         if not self._test_module():  # no stale test module from an earlier build
             stale = ROOT / "openmtia" / Path(self.get_ext_filename("openmtia._C_test")).name
@@ -78,8 +87,9 @@ class CMakeBuild(build_ext):
         built = next(build_dir.glob("_C.*.so"))
         out.parent.mkdir(parents=True, exist_ok=True)
         self.copy_file(str(built), str(out))
-        for driver in DRIVERS:
-            self.copy_file(str(build_dir / "runtime" / driver), str(out.parent / driver))
+        for name, built_path in SHIPPED.items():
+            (out.parent / name).parent.mkdir(parents=True, exist_ok=True)
+            self.copy_file(str(build_dir / built_path), str(out.parent / name))
         test_module = out.parent / Path(self.get_ext_filename("openmtia._C_test")).name
         if self._test_module():
             self.copy_file(str(next(build_dir.glob("_C_test.*.so"))), str(test_module))

@@ -5,14 +5,14 @@ The layers, bottom up:
   0  runtime/              the device runtime: no torch, nothing of csrc/
   1  csrc/runtime/         glue between torch's device interfaces and the driver client
   2  csrc/aten/            kernels on the MTIA key (fallback/, low_precision/ within)
-  3  csrc/compile/, csrc/distributed/, csrc/profiler/   (peers: none includes another)
+  3  csrc/compile/, csrc/distributed/, csrc/profiler/, csrc/aoti/   (peers: none includes another)
   4  csrc/python/          the Python modules, which bind every layer
 
 A file may include its own layer and the layers below it. Includes are read
 as written ("folder/file.h" from csrc/, "openmtia/..." from runtime/include/,
 <torch/...>, <ATen/...>, <c10/...>, <pybind11/...>, <Python.h>). Generated
 headers (structured_ops.h, prebuilt_*.h, in the build tree) belong to
-csrc/aten/.
+csrc/aten/; c_shim_mtia.h to csrc/aoti/.
 
 usage: python tools/check_layers.py [ROOT]   (exit 1 and one line per upward
 include, naming the file, the line, the include and both layers)
@@ -25,8 +25,9 @@ INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')
 SOURCE_EXT = (".h", ".hpp", ".c", ".cc", ".cpp", ".inc")
 
 # layer of a csrc/ folder, by its first path component
-CSRC_LAYERS = {"runtime": 1, "aten": 2, "compile": 3, "distributed": 3, "profiler": 3, "python": 4}
-GENERATED = {"structured_ops.h": "aten", "prebuilt_includes.h": "aten", "prebuilt_kernels.h": "aten"}
+CSRC_LAYERS = {"runtime": 1, "aten": 2, "compile": 3, "distributed": 3, "profiler": 3, "aoti": 3, "python": 4}
+GENERATED = {"structured_ops.h": "aten", "prebuilt_includes.h": "aten", "prebuilt_kernels.h": "aten",
+             "c_shim_mtia.h": "aoti"}
 TORCH_PREFIXES = ("torch/", "ATen/", "c10/", "caffe2/", "pybind11/", "kineto/", "libkineto")
 PYTHON_HEADERS = ("Python.h",)
 

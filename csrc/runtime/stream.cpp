@@ -1,5 +1,8 @@
 // The current mtia stream of each thread and device (like CUDA's).
 #include <array>
+#include <exception>
+#include <stdexcept>
+#include <string>
 
 #include "runtime/device.h"
 #include "runtime/errors.h"
@@ -35,5 +38,28 @@ void setCurrentStream(const c10::Stream& stream) {
 omr::StreamId currentStreamId(c10::DeviceIndex device) { return tls_stream[device]; }
 
 void syncCurrentStream(c10::DeviceIndex device) { OMR_CALL(omr::streamSynchronize(device, tls_stream[device])); }
+
+const char* launchHostTaskOnCurrentStream(int device, const char* name, OmtiaHostFn fn, void* user,
+                                          OmtiaDestroyFn destroy) noexcept {
+  thread_local std::string error;
+  try {
+    if (!fn) throw std::invalid_argument("launch_on_current_stream: fn is null");
+    checkDevice(static_cast<c10::DeviceIndex>(device));
+  } catch (const std::exception& e) {
+    if (destroy) destroy(user);
+    error = e.what();
+    return error.c_str();
+  }
+  try {
+    // the C task as it is: the client hands it to the driver, which runs
+    // destroy (also when the launch fails)
+    launchOnCurrentStream(static_cast<c10::DeviceIndex>(device), name ? name : "extension_task",
+                          omr::HostTask{fn, user, destroy});
+    return nullptr;
+  } catch (const std::exception& e) {
+    error = e.what();
+    return error.c_str();
+  }
+}
 
 }  // namespace openmtia

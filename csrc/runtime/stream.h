@@ -5,6 +5,7 @@
 
 #include <utility>
 
+#include "openmtia/driver.h"
 #include "openmtia/runtime.h"
 #include "runtime/errors.h"
 
@@ -23,6 +24,12 @@ template <typename F>
 void launchOnCurrentStream(c10::DeviceIndex device, const char* name, F&& fn) {
   OMR_CALL(omr::launch(device, currentStreamId(device), name, std::forward<F>(fn)));
 }
+// The same for C callers (the C extension API, the AOTInductor shim): never
+// throws; returns null, or the error message (valid until the thread's next
+// call). The launch owns `user` from the call on: destroy(user), if set, runs
+// once the task is done with, also when the launch fails.
+const char* launchHostTaskOnCurrentStream(int device, const char* name, OmtiaHostFn fn, void* user,
+                                          OmtiaDestroyFn destroy) noexcept;
 // Waits for the current stream of `device` (raises pending task errors).
 void syncCurrentStream(c10::DeviceIndex device);
 

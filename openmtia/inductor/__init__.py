@@ -61,10 +61,11 @@ def _register(common):
     graphs.install()  # mode="reduce-overhead" on mtia
     if backend() == "cpp":
         from .cpp import MtiaCppScheduling, MtiaWrapperCodegen, mtia_nodes_are_cpp_nodes
+        from .cpp_wrapper import MtiaCppWrapper
 
         mtia_nodes_are_cpp_nodes()
         common.register_backend_for_device(
-            "mtia", MtiaCppScheduling, MtiaWrapperCodegen, device_custom_pass=_codegen_version()
+            "mtia", MtiaCppScheduling, MtiaWrapperCodegen, MtiaCppWrapper, device_custom_pass=_codegen_version()
         )
     else:
         from .triton import register
@@ -129,8 +130,54 @@ def _after_lowering(lowering):
     lowering.make_fallback(torch.ops.aten.native_layer_norm_backward, warn=False, override_decomp=True)
 
 
+def _after_cpp_utils(cpp_utils):
+    # the C++ wrapper names a device by its c10 enum (codegen_device)
+    cpp_utils.DEVICE_TO_ATEN.setdefault("mtia", "at::kMTIA")
+
+
+def _after_cpp_builder(cpp_builder):
+    # code generated for mtia compiles against openmtia's shim header and
+    # links libopenmtia_aoti.so (openmtia/inductor/cpp_wrapper.py)
+    stock = cpp_builder.get_cpp_torch_device_options
+    if getattr(stock, "_openmtia", False):
+        return
+
+    def get_cpp_torch_device_options(device_type, aot_mode=False, compile_only=False):
+        options = stock(device_type, aot_mode=aot_mode, compile_only=compile_only)
+        if device_type != "mtia":
+            return options
+        from .cpp_wrapper import build_options
+
+        definitions, include_dirs, cflags, ldflags, lib_dirs, libraries, passthrough = options
+        more_includes, more_lib_dirs, more_libraries = build_options()
+        return (definitions, include_dirs + more_includes, cflags, ldflags, lib_dirs + more_lib_dirs,
+                libraries + more_libraries, passthrough)
+
+    get_cpp_torch_device_options._openmtia = True
+    cpp_builder.get_cpp_torch_device_options = get_cpp_torch_device_options
+
+
+def _after_codecache(codecache):
+    # the C++ wrapper's precompiled header: the CPU's (torch has no mtia one;
+    # the mtia part is openmtia/aoti_mtia.h, included after it)
+    stock = codecache._get_cpp_wrapper_header
+    if getattr(stock, "_openmtia", False):
+        return
+
+    def _get_cpp_wrapper_header(device, aot_mode=False):
+        if device.split(":", 1)[0] == "mtia":
+            return "torch/csrc/inductor/" + ("aoti_include" if aot_mode else "cpp_wrapper") + "/cpu.h"
+        return stock(device, aot_mode)
+
+    _get_cpp_wrapper_header._openmtia = True
+    codecache._get_cpp_wrapper_header = _get_cpp_wrapper_header
+
+
 _HOOKS = {
     "torch._inductor.codegen.common": _after_common,
+    "torch._inductor.codegen.cpp_utils": _after_cpp_utils,
+    "torch._inductor.cpp_builder": _after_cpp_builder,
+    "torch._inductor.codecache": _after_codecache,
     "torch._inductor.utils": _after_utils,
     "torch._inductor.lowering": _after_lowering,
 }

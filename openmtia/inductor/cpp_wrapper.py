@@ -1,0 +1,98 @@
+"""mtia's C++ wrapper: the host code of torch.compile with ``cpp_wrapper=True``
+and of AOTInductor packages.
+
+Inductor's ``CppWrapperCpu`` generates C++ host code that calls the C++
+kernels in the same library directly, on the calling thread. For mtia it
+differs in three places, each as the Python wrapper (`openmtia.inductor.cpp`)
+does it:
+
+- **Kernels run as device tasks.** Each kernel call becomes a launch on the
+  current stream of the tensors' mtia device (``openmtia_aoti_launch_kernel``,
+  csrc/aoti/aoti_mtia.h): its arguments are read now (data pointers, sizes),
+  the call runs in order with the eager ops around it, and the wrapper returns
+  before the kernels have run. A CPU tensor a kernel only reads (a scalar) is
+  passed by value, as CUDA passes CPU scalars; any other tensor not on the
+  kernel's device raises naming both.
+- **Ops Inductor does not compile** call mtia's C shim ``aoti_torch_mtia_<op>``
+  (tools/gen_aoti_shim.py), which calls the op through the dispatcher: the
+  eager mtia kernel, on the current stream.
+- **Buffers** are ``aoti_torch_empty_strided`` on mtia (c10::DeviceType 19,
+  ``aoti_torch_device_type_mtia``): openmtia's caching allocator.
+
+The generated library links ``libopenmtia_aoti.so`` (beside openmtia._C),
+which holds the two functions above and links libtorch only; it finds the
+runtime through the dispatcher (the op ``openmtia::_aoti_launch``).
+"""
+import os
+
+from torch._inductor.codegen.cpp_wrapper_cpu import CppWrapperCpu
+from torch._inductor.virtualized import V
+
+PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+INCLUDE_DIR = os.path.join(PACKAGE_DIR, "include")
+LIBRARY = "openmtia_aoti"
+
+
+def build_options():
+    """(include dirs, library dirs, libraries) that code generated for mtia
+    compiles and links with. No rpath: openmtia._C links the library, so a
+    process that runs mtia code has it loaded, and a C++ program links it."""
+    header = os.path.join(INCLUDE_DIR, "openmtia", "aoti_mtia.h")
+    library = os.path.join(PACKAGE_DIR, f"lib{LIBRARY}.so")
+    for path in (header, library):
+        if not os.path.exists(path):
+            raise RuntimeError(f"openmtia's C++ wrapper needs {path}, which this build of openmtia lacks: "
+                               "rebuild it (pip install --no-build-isolation -e .)")
+    return [INCLUDE_DIR], [PACKAGE_DIR], [LIBRARY]
+
+
+class MtiaCppWrapper(CppWrapperCpu):
+    """Inductor's C++ wrapper with mtia's kernel launches, shims and buffers."""
+
+    def __init__(self):
+        self.device = "mtia"  # CppWrapperCpu keeps a device set before its __init__
+        super().__init__()
+
+    @staticmethod
+    def create(is_subgraph, subgraph_name, parent_wrapper, partition_signatures=None):
+        return MtiaCppWrapper()
+
+    def add_device_include(self, device):
+        if device != "mtia":
+            return super().add_device_include(device)
+        # the host side is the CPU's (torch's headers have no mtia flavour),
+        # plus mtia's shim
+        super().add_device_include("cpu")
+        if "mtia" not in self.included_devices:
+            self.included_devices.add("mtia")
+            self.header.splice("#include <openmtia/aoti_mtia.h>")
+
+    def _device_index_expr(self, device):
+        if V.graph.aot_mode:
+            return "this->device_idx_"  # the package runs on the device it is loaded for
+        return str(device.index if device.index is not None else 0)
+
+    def _generate_kernel_call_helper(self, kernel_name, call_args, *, device=None, triton=True, arg_types=None,
+                                     **kwargs):
+        device = device or V.graph.get_current_device_or_throw()
+        if device.type != "mtia" or kernel_name in self._cpu_triton_kernel_names:
+            return super()._generate_kernel_call_helper(kernel_name, call_args, device=device, triton=triton,
+                                                        arg_types=arg_types, **kwargs)
+        assert arg_types is not None and len(call_args) == len(arg_types), (call_args, arg_types)
+        # every argument is read into a local now, and the launched lambda
+        # captures the locals by value
+        self.writeline("{")
+        self.writeline(f"    const int32_t mtia_device = {self._device_index_expr(device)};")
+        params = []
+        for i, (arg, argtype) in enumerate(zip(call_args, arg_types)):
+            if isinstance(argtype, str) and "*" in argtype:
+                read_only = "true" if argtype.strip().startswith("const ") else "false"
+                self.writeline(f"    auto a{i} = openmtia_aoti_tensor_arg({arg}.get(), {read_only}, mtia_device, "
+                               f'"{kernel_name}", {i});')
+                params.append(f"({argtype})(a{i}.ptr)")
+            else:
+                self.writeline(f"    auto a{i} = {arg if isinstance(arg, str) else str(arg)};")
+                params.append(f"a{i}")
+        self.writeline(f'    openmtia_aoti_launch_kernel(mtia_device, "{kernel_name}", [=]() {{ '
+                       f"{kernel_name}({', '.join(params)}); }});")
+        self.writeline("}")

@@ -1,0 +1,206 @@
+"""torch.compile on mtia with Inductor's C++ wrapper (cpp_wrapper=True, issue
+41 point 1): the generated C++ host code runs the C++ kernels as tasks on the
+current mtia stream and the ops Inductor does not compile through mtia's C
+shim (the dispatcher), as the Python wrapper does.
+
+Results are compared with CPU eager; the device-work tests are the Python
+wrapper's (test_compile.py) with the C++ wrapper.
+"""
+import copy
+
+import pytest
+import torch
+import torch._dynamo
+from torch._inductor import config, metrics
+from torch._inductor.utils import run_and_get_code
+from torch.profiler import ProfilerActivity, profile
+
+import openmtia
+import openmtia._C_test
+from test_compile import Block, eleven_outputs, gate, max_param_diff, train
+
+
+@pytest.fixture(autouse=True)
+def _cpp_wrapper():
+    torch._dynamo.reset()
+    with config.patch(cpp_wrapper=True):
+        yield
+    torch._dynamo.reset()
+
+
+def test_mtia_registers_its_cpp_wrapper():
+    from torch._inductor.codegen import common
+    from torch._inductor.codegen.cpp_wrapper_cpu import CppWrapperCpu
+
+    from openmtia.inductor.cpp_wrapper import MtiaCppWrapper
+
+    common.init_backend_registration()
+    assert common.get_wrapper_codegen_for_device("mtia", cpp_wrapper=True) is MtiaCppWrapper
+    assert issubclass(MtiaCppWrapper, CppWrapperCpu)
+
+
+def test_generated_cpp_allocates_on_the_device_launches_kernels_and_calls_the_mtia_shim():
+    a = torch.randn(32, 32, device="mtia:1")
+    out, (code,) = run_and_get_code(torch.compile(lambda a: (a @ a).relu() * 2 + 1), a)
+    assert out.device == torch.device("mtia:1")
+    torch.testing.assert_close(out.cpu(), (a.cpu() @ a.cpu()).relu() * 2 + 1)
+    assert "cached_torch_device_type_mtia, 1, &buf0_handle" in code  # the caching allocator, on mtia:1
+    assert "aoti_torch_mtia_mm_out(" in code  # the eager mtia kernel, through the dispatcher
+    assert "aoti_torch_cpu_" not in code  # never the CPU's shims (at::cpu::, no streams)
+    assert 'openmtia_aoti_launch_kernel(mtia_device, "cpp_fused_' in code
+    assert "#include <openmtia/aoti_mtia.h>" in code
+
+
+# ------------------------------------------------------------ device work
+@pytest.mark.needs_async
+def test_compiled_call_returns_before_its_kernels_run():
+    f = torch.compile(lambda a, b: torch.relu(a @ b) * 2 + 1)
+    a, b = torch.randn(64, 64, device="mtia"), torch.randn(64, 64, device="mtia")
+    f(a, b)  # compile
+    g = gate()
+    try:
+        out = f(a, b)  # returns while the stream is held: every kernel is queued behind the gate
+        assert not torch.mtia.current_stream().query()
+    finally:
+        g.release()
+    torch.testing.assert_close(out.cpu(), torch.relu(a.cpu() @ b.cpu()) * 2 + 1)
+
+
+@pytest.mark.needs_async
+def test_compiled_kernels_are_ordered_with_eager_ops():
+    f = torch.compile(lambda x: x.sin() * 3 + x)
+    x = torch.zeros(1000, device="mtia")
+    f(x)
+    x.add_(1).mul_(0)
+    torch.mtia.synchronize()
+    g = gate()
+    try:
+        x.add_(1)  # eager, queued
+        y = f(x)  # compiled: must read x + 1
+        x.mul_(0)  # eager: must come after the compiled kernel read x
+        assert not torch.mtia.current_stream().query()
+    finally:
+        g.release()
+    torch.testing.assert_close(y.cpu(), torch.ones(1000).sin() * 3 + 1)
+    assert x.cpu().eq(0).all()
+
+
+@pytest.mark.needs_async
+def test_compiled_kernels_run_on_the_current_stream():
+    f = torch.compile(lambda x: x * 2)
+    x = torch.ones(100, device="mtia")
+    f(x)
+    s = torch.mtia.Stream()
+    g = gate()  # holds the default stream only
+    try:
+        with torch.mtia.stream(s):
+            y = f(x)
+            s.synchronize()  # the side stream is free: the kernel ran there
+        assert not torch.mtia.default_stream().query()
+    finally:
+        g.release()
+    assert y.cpu().eq(2).all()
+
+
+@pytest.mark.needs_async
+def test_cpu_scalar_inputs_are_read_at_launch():
+    f = torch.compile(lambda a, s: a * s + 1)
+    a, s = torch.ones(8, device="mtia"), torch.tensor(3.0)
+    f(a, s)
+    g = gate()
+    try:
+        out = f(a, s)
+        s.fill_(100.0)  # after the launch: the queued kernel keeps 3
+    finally:
+        g.release()
+    assert out.cpu().eq(4).all()
+
+
+def test_kernels_are_device_kernels_in_the_profiler():
+    f = torch.compile(lambda a: (a @ a).relu() * 2 + 1)
+    a = torch.randn(32, 32, device="mtia")
+    f(a)
+    torch.mtia.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.MTIA]) as prof:
+        f(a)
+        torch.mtia.synchronize()
+    names = {e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.MTIA}
+    assert "mtia:aten::mm" in names and any(n.startswith("mtia:cpp_fused_") for n in names), names
+
+
+def test_compiled_code_is_captured_into_an_mtia_graph():
+    f = torch.compile(lambda a: (a @ a).relu() * 2 + 1)
+    a = torch.randn(32, 32, device="mtia")
+    f(a)
+    torch.mtia.synchronize()
+    g = torch.mtia.MTIAGraph()
+    with torch.mtia.stream(torch.mtia.Stream()), torch.mtia.graph(g):
+        out = f(a)
+    for value in (1.0, -2.0):
+        a.fill_(value)
+        g.replay()
+        torch.testing.assert_close(out.cpu(), (torch.full((32, 32), value) @ torch.full((32, 32), value)).relu() * 2 + 1)
+
+
+# ------------------------------------------------------------- results
+def test_transformer_block_trains_three_steps_like_eager_cpu():
+    torch.manual_seed(0)
+    model = Block()
+    data = [(torch.randint(0, 16, (4, 12)), torch.randint(0, 16, (4, 12))) for _ in range(3)]
+    cpu = copy.deepcopy(model)
+    ref = train(cpu, data, 3, "cpu", optimizer=torch.optim.SGD)
+    mtia = copy.deepcopy(model)
+    got = train(mtia, data, 3, "mtia", compile_model=True, optimizer=torch.optim.SGD)
+    assert max(abs(a - b) for a, b in zip(ref, got)) < 1e-4
+    assert max_param_diff(cpu, mtia) < 1e-4
+
+
+def test_ops_inductor_does_not_compile_run_through_the_mtia_shim():
+    x = torch.randn(10, 7)
+    f = lambda x: torch.sort(x * 2, dim=-1)[0] + torch.linalg.inv(torch.eye(7, device=x.device) + x[:7].T @ x[:7]).sum()
+    out, (code,) = run_and_get_code(torch.compile(f), x.to("mtia"))
+    assert "aoti_torch_mtia_sort" in code
+    torch.testing.assert_close(out.cpu(), f(x), atol=1e-4, rtol=1e-4)
+
+
+def test_bfloat16_matches_eager():
+    torch.manual_seed(0)
+    x, w = torch.randn(16, 32, dtype=torch.bfloat16), torch.randn(32, 32, dtype=torch.bfloat16)
+    f = lambda x, w: torch.nn.functional.gelu(x @ w) * 0.5 + x.sum(-1, keepdim=True)
+    out = torch.compile(f)(x.to("mtia"), w.to("mtia"))
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out.cpu(), f(x, w), atol=0.1, rtol=0.02)  # compiled keeps float32 in a fusion
+
+
+# ----------------------------------------------------------- MTIA's rules
+def test_native_layer_norm_stays_a_device_kernel_forward_and_backward():
+    m = torch.nn.LayerNorm(16).to("mtia")
+    x = torch.randn(4, 16, device="mtia", requires_grad=True)
+    f = torch.compile(lambda x: m(x).relu().sum())
+
+    def step(x):
+        y = f(x)
+        y.backward()
+        return y
+
+    y, (fwd, bwd) = run_and_get_code(step, x)
+    assert "aten.native_layer_norm.default" in fwd and "var_mean" not in fwd
+    assert "aten.native_layer_norm_backward.default" in bwd
+    xc = x.detach().cpu().requires_grad_()
+    mc = torch.nn.LayerNorm(16)
+    mc.load_state_dict({k: v.cpu() for k, v in m.state_dict().items()})
+    yc = mc(xc).relu().sum()
+    yc.backward()
+    torch.testing.assert_close(y.cpu(), yc.detach())
+    torch.testing.assert_close(x.grad.cpu(), xc.grad, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("limit, kernels", [(None, 1), (4, 11)])
+def test_max_fusion_unique_io_buffers(limit, kernels):
+    args = [torch.randn(64, device="mtia") for _ in range(12)]
+    metrics.reset()
+    with config.patch(max_fusion_unique_io_buffers=limit, fx_graph_cache=False):
+        outs = torch.compile(eleven_outputs)(*args)
+    assert metrics.generated_kernel_count == kernels
+    for out, xi in zip(outs, args[1:]):
+        torch.testing.assert_close(out.cpu(), torch.relu(args[0].cpu() * xi.cpu() + 1))

@@ -45,6 +45,86 @@ AOTI_TORCH_EXPORT const char* openmtia_aoti_launch(int32_t device, const char* n
 #include <utility>
 #include <vector>
 
+/* The model device of an AOTInductor model for mtia: device_str is "mtia" (the
+ * current device) or "mtia:N". torch's model base class parses only cpu,
+ * cuda, xpu and mps: the generated constructor gives it "cpu" and then sets
+ * its device from here. Throws naming any other device. */
+inline void openmtia_aoti_model_device(const std::string& device_str, int32_t& type, int32_t& index) {
+  const std::string prefix = "mtia";
+  bool ok = device_str.compare(0, prefix.size(), prefix) == 0;
+  std::string rest = ok ? device_str.substr(prefix.size()) : std::string();
+  if (ok && rest.empty()) {
+    if (aoti_torch_get_current_device_index(&index) != AOTI_TORCH_SUCCESS) index = 0;
+  } else if (ok && rest.size() > 1 && rest[0] == ':' &&
+             rest.find_first_not_of("0123456789", 1) == std::string::npos && rest.size() < 6) {
+    index = std::stoi(rest.substr(1));
+  } else {
+    throw std::runtime_error("this AOTInductor model was compiled for mtia, but is loaded for device '" +
+                             device_str + "': load it for mtia (device_index selects the mtia device)");
+  }
+  type = aoti_torch_device_type_mtia();
+}
+
+/* The weights of an AOTInductor model for mtia, in mtia memory: called at the
+ * end of the generated model constructor with its members. torch's model
+ * base copies the weights compiled into the library into a host blob and
+ * wraps them as tensors of the model's device, which only works for devices
+ * it was built for (USE_CUDA, ...). Here the base loads them as CPU tensors,
+ * each is copied into mtia memory (the caching allocator, so
+ * torch.mtia.memory_allocated() counts them), and the host blob is freed
+ * unless CPU constants of the model still live in it. The models of one
+ * container share their constants: the first one loads them. The base's own
+ * load, which the container calls next, then has nothing to do. A package
+ * without weights in its library (package_constants_in_so=False) gets them
+ * from the loader, as user-managed tensors. */
+template <typename Model, typename Map, typename Infos, typename Blob>
+inline void openmtia_aoti_load_constants_to_device(Model& model, Map& constants_map, Infos& infos, Blob& blob,
+                                                   int32_t& device_type, int32_t device_idx,
+                                                   bool& include_weights) {
+  if (!include_weights || infos.empty()) return;
+  const int32_t mtia = aoti_torch_device_type_mtia(), cpu = aoti_torch_device_type_cpu();
+  std::vector<bool> on_mtia(infos.size());
+  bool cpu_constants = false;
+  for (size_t i = 0; i < infos.size(); ++i) {
+    on_mtia[i] = infos[i].device_type == mtia;
+    if (on_mtia[i]) infos[i].device_type = cpu;
+    else cpu_constants = cpu_constants || !infos[i].from_folded;
+  }
+  device_type = cpu;
+  const bool first = constants_map->empty();
+  struct Restore {  // the model's device and its constants' devices, also when a copy throws
+    Infos& infos; const std::vector<bool>& on_mtia; int32_t& device_type; int32_t mtia;
+    ~Restore() {
+      for (size_t i = 0; i < infos.size(); ++i) if (on_mtia[i]) infos[i].device_type = mtia;
+      device_type = mtia;
+    }
+  } restore{infos, on_mtia, device_type, mtia};
+  if (first) {
+    model.load_constants();  // CPU tensors over a host blob
+    for (size_t i = 0; i < infos.size(); ++i) {
+      if (!on_mtia[i] || infos[i].from_folded) continue;
+      auto it = constants_map->find(infos[i].name);
+      if (it == constants_map->end()) continue;
+      AtenTensorHandle src = it->second.get(), dst = nullptr;
+      int64_t ndim = 0;
+      int64_t *sizes = nullptr, *strides = nullptr;
+      int32_t dtype = 0;
+      if (aoti_torch_get_dim(src, &ndim) != AOTI_TORCH_SUCCESS || aoti_torch_get_sizes(src, &sizes) != AOTI_TORCH_SUCCESS ||
+          aoti_torch_get_strides(src, &strides) != AOTI_TORCH_SUCCESS || aoti_torch_get_dtype(src, &dtype) != AOTI_TORCH_SUCCESS ||
+          aoti_torch_empty_strided(ndim, sizes, strides, dtype, mtia, device_idx, &dst) != AOTI_TORCH_SUCCESS)
+        throw std::runtime_error(std::string("openmtia: cannot allocate the weight ") + infos[i].name + " on mtia:" +
+                                 std::to_string(device_idx));
+      typename Map::element_type::mapped_type owned(dst);  // owns dst from here on
+      if (aoti_torch_copy_(dst, src, 0) != AOTI_TORCH_SUCCESS)  // pageable host memory: done when it returns
+        throw std::runtime_error(std::string("openmtia: cannot copy the weight ") + infos[i].name + " to mtia:" +
+                                 std::to_string(device_idx));
+      it->second = std::move(owned);
+    }
+    if (!cpu_constants) blob.reset();  // no tensor refers to the host copy any more
+  }
+  include_weights = false;  // loaded: the container's load finds nothing to do
+}
+
 /* The mtia device of a tensor handle, for the launches below. */
 inline int32_t openmtia_aoti_device_of(AtenTensorHandle t) {
   int32_t index = 0;

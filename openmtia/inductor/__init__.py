@@ -61,9 +61,10 @@ def _register(common):
     graphs.install()  # mode="reduce-overhead" on mtia
     if backend() == "cpp":
         from .cpp import MtiaCppScheduling, MtiaWrapperCodegen, mtia_nodes_are_cpp_nodes
-        from .cpp_wrapper import MtiaCppWrapper
+        from .cpp_wrapper import MtiaCppWrapper, register_device_op_overrides
 
         mtia_nodes_are_cpp_nodes()
+        register_device_op_overrides(common)
         common.register_backend_for_device(
             "mtia", MtiaCppScheduling, MtiaWrapperCodegen, MtiaCppWrapper, device_custom_pass=_codegen_version()
         )

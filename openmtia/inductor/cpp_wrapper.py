@@ -46,6 +46,20 @@ def build_options():
     return [INCLUDE_DIR], [PACKAGE_DIR], [LIBRARY]
 
 
+def register_device_op_overrides(common):
+    """torch's mtia DeviceOpOverrides (the Python wrapper's stream and device
+    lines) plus what the C++ wrapper asks of a device whose kernels are C++
+    functions. torch registers its own the first time any is looked up (by
+    importing its module): import it first, so that ours stays."""
+    from torch._inductor.codegen.mtia.device_op_overrides import MTIADeviceOpOverrides
+
+    class MtiaDeviceOpOverrides(MTIADeviceOpOverrides):
+        def cpp_kernel_type(self):
+            return "void*"  # the model's kernel members (C++ functions in the same library), as CPU's
+
+    common.register_device_op_overrides("mtia", MtiaDeviceOpOverrides())
+
+
 class MtiaCppWrapper(CppWrapperCpu):
     """Inductor's C++ wrapper with mtia's kernel launches, shims and buffers."""
 
@@ -66,6 +80,25 @@ class MtiaCppWrapper(CppWrapperCpu):
         if "mtia" not in self.included_devices:
             self.included_devices.add("mtia")
             self.header.splice("#include <openmtia/aoti_mtia.h>")
+
+    def codegen_model_constructor(self):
+        # torch's model base parses cpu/cuda/xpu/mps device strings only: it
+        # gets "cpu", and the constructor's body sets the mtia device
+        # (openmtia_aoti_model_device: "mtia" or "mtia:N", else it throws)
+        start = len(self.prefix._lines)
+        super().codegen_model_constructor()
+        lines = self.prefix._lines
+        base = next(i for i in range(start, len(lines))
+                    if isinstance(lines[i], str) and "AOTInductorModelBase(" in lines[i])
+        arg = next(i for i in range(base, len(lines)) if isinstance(lines[i], str) and lines[i].strip() == "device_str,")
+        lines[arg] = lines[arg].replace("device_str,", 'std::string("cpu"),')
+        body = next(i for i in range(arg, len(lines)) if isinstance(lines[i], str) and lines[i].rstrip().endswith("{"))
+        lines.insert(body + 1, "    openmtia_aoti_model_device(device_str, device_type_, device_idx_);")
+        # the weights compiled into the library, into mtia memory
+        # (openmtia_aoti_load_constants_to_device), once the constants are set up
+        end = next(i for i in range(len(lines) - 1, body, -1) if isinstance(lines[i], str) and lines[i].strip() == "}")
+        lines.insert(end, "    openmtia_aoti_load_constants_to_device(*this, constants_map_, constants_info_, constant_blob_, "
+                          "device_type_, device_idx_, include_weights);")
 
     def _device_index_expr(self, device):
         if V.graph.aot_mode:

@@ -25,9 +25,12 @@ class CMakeExtension(Extension):
 SHIPPED = {
     "libopenmtia_driver_emulated.so": "runtime/libopenmtia_driver_emulated.so",
     "libopenmtia_driver_reference.so": "runtime/libopenmtia_driver_reference.so",
+    "libopenmtia.so": "libopenmtia.so",
     "libopenmtia_aoti.so": "libopenmtia_aoti.so",
+    "include/openmtia/openmtia.h": str(ROOT / "csrc" / "runtime" / "init.h"),
     "include/openmtia/aoti_mtia.h": str(ROOT / "csrc" / "aoti" / "aoti_mtia.h"),
     "include/openmtia/c_shim_mtia.h": "generated/aoti/c_shim_mtia.h",
+    "share/cmake/openmtia/openmtiaConfig.cmake": str(ROOT / "cmake" / "openmtiaConfig.cmake"),
 }
 
 

@@ -24,8 +24,9 @@ cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DOPENMTIA_SANITIZ
 cmake --build "$B" -j "${OPENMTIA_BUILD_JOBS:-$(nproc)}"
 rm -rf "$B/pkg" && mkdir -p "$B/pkg"
 cp -r openmtia "$B/pkg/"
-find "$B/pkg" \( -name '_C.*.so' -o -name '_C_test.*.so' -o -name __pycache__ \) -prune -exec rm -rf {} +
-cp "$B"/_C.*.so "$B"/_C_test.*.so "$B/pkg/openmtia/"
+find "$B/pkg" \( -name '_C.*.so' -o -name '_C_test.*.so' -o -name 'libopenmtia.so' -o -name 'libopenmtia_aoti.so' \
+  -o -name __pycache__ \) -prune -exec rm -rf {} +
+cp "$B"/_C.*.so "$B"/_C_test.*.so "$B"/libopenmtia.so "$B"/libopenmtia_aoti.so "$B/pkg/openmtia/"
 cp "$B"/runtime/libopenmtia_driver_*.so "$B/pkg/openmtia/"  # (the sanitized drivers)
 
 logs=$B/reports

@@ -162,3 +162,45 @@ def test_weights_kept_outside_the_library_are_loaded_onto_the_device(small, tmp_
     assert torch.mtia.memory_allocated() > before  # torch.load put them on mtia
     with torch.no_grad():
         torch.testing.assert_close(runner(x.to("mtia")).cpu(), small(x), atol=1e-5, rtol=1e-5)
+
+
+# ------------------------------------------------------------- bad input
+def test_bad_inputs_raise_naming_the_problem_and_the_device_stays_usable(small, small_package):
+    runner = torch._inductor.aoti_load_package(small_package)
+    x = torch.randn(8, 16)
+    with torch.no_grad():
+        with pytest.raises(RuntimeError, match=r"model loaded for mtia:0: input 0 is on cpu"):
+            runner(x)
+        with pytest.raises(RuntimeError, match=r"model loaded for mtia:0: input 0 is on mtia:1"):
+            runner(x.to("mtia:1"))
+        with pytest.raises(RuntimeError, match=r"input_handles\[0\]: unmatched dtype"):
+            runner(x.double().to("mtia"))
+        with pytest.raises(RuntimeError, match=r"input_handles\[0\]: unmatched dim value at 1, expected: 16, but got: 15"):
+            runner(torch.randn(8, 15, device="mtia"))
+        # the process, the device and the model stay usable
+        torch.testing.assert_close(runner(x.to("mtia")).cpu(), small(x), atol=1e-5, rtol=1e-5)
+    torch.mtia.synchronize()
+
+
+def test_cpu_package_with_mtia_inputs_raises_as_cuda_does(small, tmp_path_factory):
+    x = torch.randn(8, 16)
+    ep = torch.export.export(on(small, "cpu"), (x,))
+    path = torch._inductor.aoti_compile_and_package(ep, package_path=str(tmp_path_factory.mktemp("aoti") / "cpu.pt2"))
+    with pytest.raises(RuntimeError, match="Incorrect device passed to aoti_runner_cpu"):
+        torch._inductor.aoti_load_package(path, device_index=0)  # torch's CPU runner refuses a device index
+    runner = torch._inductor.aoti_load_package(path)
+    with torch.no_grad(), pytest.raises(RuntimeError, match="device mtia:0, but got cpu"):
+        runner(x.to("mtia"))  # its CPU kernels refuse mtia tensors
+    with torch.no_grad():
+        torch.testing.assert_close(runner(x), small(x))
+
+
+def test_truncated_or_corrupt_package_raises(small_package, tmp_path):
+    data = open(small_package, "rb").read()
+    cut, bad = tmp_path / "cut.pt2", tmp_path / "bad.pt2"
+    cut.write_bytes(data[: len(data) // 2])
+    bad.write_bytes(b"not a zip" + data[9:])
+    for path in (cut, bad):
+        with pytest.raises(RuntimeError):
+            torch._inductor.aoti_load_package(str(path))
+    assert (torch.ones(2, device="mtia") + 1).cpu().eq(2).all()

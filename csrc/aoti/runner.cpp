@@ -25,16 +25,31 @@ class AOTIModelContainerRunnerMtia : public torch::inductor::AOTIModelContainerR
   AOTIModelContainerRunnerMtia(const std::string& so_path, size_t num_models, const std::string& device_str,
                                const std::string& bin_dir, bool run_single_threaded)
       : AOTIModelContainerRunner(so_path, num_models, checked(device_str), bin_dir, run_single_threaded),
-        device_(device_str) {}
+        device_(modelDevice(device_str)) {}
 
  protected:
   std::vector<at::Tensor> run_impl(std::vector<AtenTensorHandle>& input_handles, void* stream_handle) override {
-    c10::OptionalDeviceGuard guard;
-    if (device_.has_index()) guard.reset_device(device_);
+    // an input on another device would be read by the kernels as if it were
+    // on this one: refuse it, naming both (the model itself checks dtypes,
+    // sizes and strides: cpp_wrapper.py)
+    for (size_t i = 0; i < input_handles.size(); ++i) {
+      const at::Tensor* t = reinterpret_cast<const at::Tensor*>(input_handles[i]);
+      TORCH_CHECK(!t->defined() || t->device() == device_,
+                  "AOTInductor model loaded for ", device_, ": input ", i, " is on ", t->device(),
+                  " (move the inputs to ", device_, ")");
+    }
+    c10::DeviceGuard guard(device_);
     return AOTIModelContainerRunner::run_impl(input_handles, stream_handle);
   }
 
  private:
+  // "mtia" is the current device at load, as the model resolves it
+  static c10::Device modelDevice(const std::string& device_str) {
+    int32_t type = 0, index = 0;
+    openmtia_aoti_model_device(device_str, type, index);
+    return c10::Device(c10::DeviceType::MTIA, static_cast<c10::DeviceIndex>(index));
+  }
+
   static const std::string& checked(const std::string& device_str) {
     int32_t type = 0, index = 0;
     openmtia_aoti_model_device(device_str, type, index);  // throws naming a device that is not mtia

@@ -33,13 +33,15 @@
 #include "runtime/generator.h"
 #include "runtime/graphs.h"
 #include "runtime/host_views.h"
-#include "runtime/process_exit.h"
+#include "python/interpreter.h"
+#include "python/process_exit.h"
 #include "runtime/stream.h"
 
 namespace py = pybind11;
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "openmtia: an open MTIA backend for PyTorch";
+  openmtia::installPythonInterpreter();  // libopenmtia's link to this interpreter
   // The driver (OPENMTIA_DRIVER): without one, mtia is unavailable (no
   // devices) and openmtia/_device.py warns why; importing still works.
   m.def("_driver_name", &omr::driverName);

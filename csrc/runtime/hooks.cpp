@@ -1,8 +1,5 @@
 // at::MTIAHooksInterface implementation: how ATen and torch.mtia reach openmtia.
 #include <ATen/detail/MTIAHooksInterface.h>
-#include <torch/csrc/utils/pybind.h>
-
-#include <ATen/core/CachingHostAllocator.h>
 
 #include "openmtia/runtime.h"
 #include "runtime/gil.h"
@@ -12,13 +9,11 @@
 #include "runtime/generator.h"
 #include "runtime/graphs.h"
 #include "runtime/host_allocator.h"
-#include "runtime/host_memory_stats.h"
+#include "runtime/interpreter.h"
 #include "runtime/memory_history.h"
 #include "runtime/stream.h"
 
 namespace openmtia {
-
-namespace py = pybind11;
 
 struct MTIAHooks final : public at::MTIAHooksInterface {
   MTIAHooks() = default;
@@ -69,66 +64,15 @@ struct MTIAHooks final : public at::MTIAHooksInterface {
   }
   at::Generator getNewGenerator(c10::DeviceIndex index) const override { return openmtia::newGenerator(index); }
 
-  // torch.mtia.memory_stats(): the "dram" section torch/mtia/memory.py reads,
-  // plus the CUDA-style breakdown under the keys torch.cuda.memory_stats()
-  // uses ("allocated_bytes.all.current", "num_ooms", ...).
+  // The methods that return Python objects: the Python module's (interpreter.h)
   PyObject* memoryStats(c10::DeviceIndex index) const override {
-    if (index < 0) index = currentDevice();
-    omr::CacheStats m = deviceCache(index).stats();
-    py::dict out;
-    py::dict dram;
-    dram["allocated_bytes"] = m.allocated_bytes[omr::kAggregatePool].current;
-    dram["peak_bytes"] = m.allocated_bytes[omr::kAggregatePool].peak;
-    dram["reserved_bytes"] = m.reserved_bytes[omr::kAggregatePool].current;
-    dram["peak_reserved_bytes"] = m.reserved_bytes[omr::kAggregatePool].peak;
-    dram["num_allocs"] = m.allocation[omr::kAggregatePool].allocated;
-    dram["num_frees"] = m.allocation[omr::kAggregatePool].freed;
-    dram["num_ooms"] = m.num_ooms;
-    out["dram"] = dram;
-    const char* pools[] = {"all", "small_pool", "large_pool"};
-    omr::forEachStatArray(m, [&](const char* name, const omr::Stat(&arr)[omr::kNumStatPools]) {
-      for (int p = 0; p < omr::kNumStatPools; ++p) {
-        std::string key = std::string(name) + "." + pools[p] + ".";
-        out[py::str(key + "current")] = arr[p].current;
-        out[py::str(key + "peak")] = arr[p].peak;
-        out[py::str(key + "allocated")] = arr[p].allocated;
-        out[py::str(key + "freed")] = arr[p].freed;
-      }
-    });
-    out["num_alloc_retries"] = m.num_alloc_retries;
-    out["num_ooms"] = m.num_ooms;
-    out["num_device_alloc"] = m.num_device_alloc;
-    out["num_device_free"] = m.num_device_free;
-    out["num_sync_all_streams"] = m.num_sync_all_streams;
-    out["oversize_allocations.current"] = m.oversize_allocations;
-    out["max_split_size"] = m.max_split_size;
-    // pinned host memory (process-wide; PyTorch's caching host allocator):
-    // held (in use and cached) and in use
-    at::HostStats pinned = at::getHostAllocator(kMTIA)->get_stats();
-    out["host.pinned.allocated_bytes"] = pinned.allocated_bytes.current;
-    out["host.pinned.active_bytes"] = pinned.active_bytes.current;
-    // host memory the layers above keep (process-wide; the fallback's plans:
-    // docs/memory.md), registered by them
-    for (const auto& [name, value] : hostMemoryStats()) out[py::str("host." + name)] = value;
-    return out.release().ptr();
+    return requireInterpreter("torch.mtia.memory_stats").memory_stats(index);
   }
   PyObject* getDeviceCapability(c10::DeviceIndex index) const override {
-    if (index < 0) index = currentDevice();
-    auto p = OMR_CALL(omr::deviceProperties(index));
-    return py::make_tuple(p.major, p.minor).release().ptr();
+    return requireInterpreter("torch.mtia.get_device_capability").device_capability(index);
   }
   PyObject* getDeviceProperties(c10::DeviceIndex index) const override {
-    if (index < 0) index = currentDevice();
-    auto p = OMR_CALL(omr::deviceProperties(index));
-    py::dict d;
-    d["name"] = p.name;
-    d["total_memory"] = p.total_memory;
-    d["major"] = p.major;
-    d["minor"] = p.minor;
-    d["multi_processor_count"] = p.processor_count;
-    d["host_addressable"] = p.host_addressable;
-    d["asynchronous"] = p.asynchronous;
-    return d.release().ptr();
+    return requireInterpreter("torch.mtia.get_device_properties").device_properties(index);
   }
   void emptyCache() const override { deviceAllocator()->emptyCache({0, 0}); }
   int64_t mtiagraphCreate(bool keep_graph) const override { return graphCreate(keep_graph); }
@@ -147,17 +91,12 @@ struct MTIAHooks final : public at::MTIAHooksInterface {
     openmtia::recordMemoryHistory(enabled, stacks, max_entries);
   }
   PyObject* memorySnapshot(const std::optional<std::string>& local_path) const override {
-    return openmtia::memorySnapshot(local_path);
+    return requireInterpreter("torch.mtia.memory._snapshot").memory_snapshot(local_path);
   }
   // torch.mtia.attach_out_of_memory_observer(fn): fn(device, requested bytes,
   // bytes allocated, bytes free on the device) before the OutOfMemoryError.
   void attachOutOfMemoryObserver(PyObject* observer) const override {
-    auto fn = std::make_shared<py::object>(py::reinterpret_borrow<py::object>(observer));
-    for (c10::DeviceIndex i = 0; i < deviceCount(); ++i)
-      deviceCache(i).attachOomObserver([fn](int device, int64_t requested, int64_t allocated, int64_t free_b) {
-        py::gil_scoped_acquire gil;
-        (*fn)(device, requested, allocated, free_b);
-      });
+    requireInterpreter("torch.mtia.attach_out_of_memory_observer").attach_out_of_memory_observer(observer);
   }
   void resetPeakMemoryStats(c10::DeviceIndex index) const override {
     deviceCache(index < 0 ? currentDevice() : index).resetPeakStats();

@@ -1,10 +1,9 @@
-// Memory history and snapshots: torch.mtia.record_memory_history() and
-// torch.mtia.snapshot(), in the format of torch.cuda.memory._snapshot()
-// ("segments" with their blocks, "device_traces" of alloc / free_requested /
-// free_completed / segment_alloc / segment_free / oom entries, Python and C++
-// stack frames when asked), so torch.cuda._memory_viz reads and renders it.
+// Memory history: torch.mtia.record_memory_history(), the events of the
+// snapshot (python/memory_snapshot.cpp) in the format of
+// torch.cuda.memory._snapshot(): alloc / free_requested / free_completed /
+// segment_alloc / segment_free / oom entries, with Python and C++ stacks when
+// asked.
 #include <torch/csrc/profiler/combined_traceback.h>
-#include <torch/csrc/utils/pybind.h>
 
 #include <atomic>
 #include <chrono>
@@ -15,37 +14,21 @@
 #include "openmtia/runtime.h"
 #include "runtime/device.h"
 #include "runtime/device_allocator.h"
+#include "runtime/interpreter.h"
 #include "runtime/memory_history.h"
-
-namespace py = pybind11;
-
-// From torch/csrc/profiler/python/combined_traceback.h (libtorch_python), whose
-// header needs nlohmann/json, which the wheel does not ship.
-namespace torch {
-std::vector<pybind11::object> py_symbolize(std::vector<CapturedTraceback*>& to_symbolize);
-void installCapturedTracebackPython();
-}  // namespace torch
 
 namespace openmtia {
 namespace {
 
-struct Entry {
-  const char* action;
-  uintptr_t addr;
-  size_t size;
-  int64_t stream;
-  int64_t time_us;
-  std::shared_ptr<c10::GatheredContext> context;
-  size_t device_free = 0;
-};
+using Entry = MemoryHistoryEntry;
 
 struct History {
   std::mutex mu;
   std::atomic<bool> enabled{false};  // read without the lock by every allocation and free
   bool python = false, cpp = false;
   size_t max_entries = 0;  // 0: unbounded
-  std::vector<std::deque<Entry>> traces;  // per device
-  std::unordered_map<uintptr_t, std::shared_ptr<c10::GatheredContext>> block_context;
+  MemoryHistoryTraces traces;
+  MemoryHistoryBlockContexts block_context;
 
   void add(c10::DeviceIndex device, Entry e) {  // with mu held
     auto& t = traces[device];
@@ -137,7 +120,8 @@ void recordMemoryHistory(const std::optional<std::string>& enabled, const std::s
       h.block_context.clear();
     }
   }
-  if (h.enabled) torch::installCapturedTracebackPython();  // lets gather() read Python frames
+  if (h.python)
+    if (const Interpreter* i = interpreter()) i->enable_python_tracebacks();  // lets gather() read Python frames
   for (c10::DeviceIndex i = 0; i < deviceCount(); ++i)
     deviceCache(i).setSegmentObserver(
         !h.enabled ? omr::CachingAllocator::SegmentObserver()
@@ -149,87 +133,10 @@ void recordMemoryHistory(const std::optional<std::string>& enabled, const std::s
                      });
 }
 
-PyObject* memorySnapshot(const std::optional<std::string>& path) {
+void visitMemoryHistory(const std::function<void(const MemoryHistoryTraces&, const MemoryHistoryBlockContexts&)>& fn) {
   History& h = history();
-  std::vector<std::vector<omr::SegmentInfo>> segments;
-  for (c10::DeviceIndex i = 0; i < deviceCount(); ++i) segments.push_back(deviceCache(i).snapshot());
   std::lock_guard<std::mutex> lk(h.mu);
-  // symbolize every context once
-  std::vector<torch::CapturedTraceback*> tracebacks;
-  std::unordered_map<const c10::GatheredContext*, size_t> index;
-  auto note = [&](const std::shared_ptr<c10::GatheredContext>& c) {
-    if (c && index.emplace(c.get(), tracebacks.size()).second)
-      tracebacks.push_back(torch::getCapturedTracebackFromContext(c));
-  };
-  for (const auto& t : h.traces)
-    for (const auto& e : t) note(e.context);
-  for (const auto& [addr, c] : h.block_context) note(c);
-  std::vector<py::object> frames = torch::py_symbolize(tracebacks);
-  auto framesOf = [&](const std::shared_ptr<c10::GatheredContext>& c) -> py::object {
-    if (!c) return py::list();
-    return frames[index.at(c.get())];
-  };
-
-  py::list segs;
-  for (c10::DeviceIndex d = 0; d < deviceCount(); ++d) {
-    for (const auto& s : segments[d]) {
-      py::dict seg;
-      seg["device"] = d;
-      seg["address"] = s.address;
-      seg["total_size"] = s.total_size;
-      seg["allocated_size"] = s.allocated_size;
-      seg["active_size"] = s.active_size;
-      seg["requested_size"] = s.requested_size;
-      seg["stream"] = s.stream;
-      seg["segment_type"] = s.large ? "large" : "small";
-      seg["segment_pool_id"] = py::make_tuple(0, 0);
-      seg["is_expandable"] = false;
-      seg["frames"] = py::list();
-      py::list blocks;
-      for (const auto& b : s.blocks) {
-        py::dict block;
-        block["address"] = b.address;
-        block["size"] = b.size;
-        block["requested_size"] = b.allocated ? b.requested : 0;
-        block["state"] = b.allocated ? "active_allocated" : "inactive";
-        auto it = h.block_context.find(b.address);
-        block["frames"] = b.allocated && it != h.block_context.end() ? framesOf(it->second) : py::list();
-        blocks.append(block);
-      }
-      seg["blocks"] = blocks;
-      segs.append(seg);
-    }
-  }
-  py::list traces;
-  for (const auto& t : h.traces) {
-    py::list entries;
-    for (const auto& e : t) {
-      py::dict entry;
-      entry["action"] = e.action;
-      entry["addr"] = e.addr;
-      entry["size"] = e.size;
-      entry["stream"] = e.stream;
-      entry["time_us"] = e.time_us;
-      entry["frames"] = framesOf(e.context);
-      if (std::string(e.action) == "oom") entry["device_free"] = e.device_free;
-      entries.append(entry);
-    }
-    traces.append(entries);
-  }
-  py::dict out;
-  out["segments"] = segs;
-  out["device_traces"] = traces;
-  py::dict settings;
-  const auto& c = deviceCache(0).config();
-  settings["max_split_size"] = c.max_split_size == SIZE_MAX ? -1 : static_cast<int64_t>(c.max_split_size);
-  settings["garbage_collection_threshold"] = c.gc_threshold;
-  out["allocator_settings"] = settings;
-  if (path) {
-    py::object f = py::module_::import("builtins").attr("open")(*path, "wb");
-    py::module_::import("pickle").attr("dump")(out, f);
-    f.attr("close")();
-  }
-  return out.release().ptr();
+  fn(h.traces, h.block_context);
 }
 
 }  // namespace openmtia

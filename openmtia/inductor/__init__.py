@@ -132,8 +132,10 @@ def _after_lowering(lowering):
 
 
 def _after_cpp_utils(cpp_utils):
-    # the C++ wrapper names a device by its c10 enum (codegen_device)
+    # the C++ wrapper names a device by its c10 enum (codegen_device), and an
+    # AOTInductor model checks its inputs' device type by its number
     cpp_utils.DEVICE_TO_ATEN.setdefault("mtia", "at::kMTIA")
+    cpp_utils.DEVICE_TO_INT.setdefault("mtia", 19)  # c10::DeviceType::MTIA
 
 
 def _after_cpp_builder(cpp_builder):

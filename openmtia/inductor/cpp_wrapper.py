@@ -100,6 +100,20 @@ class MtiaCppWrapper(CppWrapperCpu):
         lines.insert(end, "    openmtia_aoti_load_constants_to_device(*this, constants_map_, constants_info_, constant_blob_, "
                           "device_type_, device_idx_, include_weights);")
 
+    _CHECK_INPUTS_OFF = "const static bool result = env_var_value != nullptr && env_var_value[0] != '0';"
+    _CHECK_INPUTS_ON = "const static bool result = env_var_value == nullptr || env_var_value[0] != '0';"
+
+    def finalize_prefix(self):
+        super().finalize_prefix()
+        # An AOTInductor model checks each input's device type, dtype, sizes
+        # and strides against the package's only when AOTI_RUNTIME_CHECK_INPUTS
+        # is set; a wrong dtype then runs the kernels on misread memory. mtia
+        # models check unless it is set to 0 (a few comparisons per input).
+        lines = self.prefix._lines
+        for i, line in enumerate(lines):
+            if isinstance(line, str) and line.strip() == self._CHECK_INPUTS_OFF:
+                lines[i] = line.replace(self._CHECK_INPUTS_OFF, self._CHECK_INPUTS_ON)
+
     def _device_index_expr(self, device):
         if V.graph.aot_mode:
             return "this->device_idx_"  # the package runs on the device it is loaded for

@@ -33,7 +33,7 @@
 #include "openmtia/runtime.h"
 #include "runtime/device.h"
 #include "runtime/errors.h"
-#include "runtime/process_exit.h"
+#include "python/process_exit.h"
 
 namespace py = pybind11;
 

@@ -121,6 +121,18 @@ def triton_results():
         add_kernel[(triton.cdiv(1000, 256),)](u, v, out, 1000, BLOCK=256)
         results["user_kernel_err"] = (out.cpu() - (u.cpu() + 10)).abs().max().item()
         results["user_kernel_device"] = str(out.device)
+
+        # deployment: cpp_wrapper and AOTInductor raise at compile time, naming the C++ path
+        for name, build in [
+                ("cpp_wrapper", lambda: torch.compile(lambda a: a.relu() + 1, options={"cpp_wrapper": True})(a)),
+                ("aoti", lambda: torch._inductor.aoti_compile_and_package(
+                    torch.export.export(torch.nn.Linear(32, 4).to("mtia"), (a,))))]:
+            try:
+                build()
+                results[name + "_error"] = None
+            except Exception as e:
+                results[name + "_error"] = type(e).__name__ + ": " + str(e)
+        results["after_errors_err"] = (torch.compile(lambda a: a.relu() + 1)(a).cpu() - (a.cpu().relu() + 1)).abs().max().item()
     """)
 
 
@@ -128,6 +140,14 @@ def test_triton_path_is_registered(triton_results):
     assert triton_results["backend"] == "triton"
     assert triton_results["interpret"] == "1"
     assert triton_results["scheduling_is_triton"]
+
+
+@pytest.mark.parametrize("kind", ["cpp_wrapper", "aoti"])
+def test_deployment_raises_at_compile_time_naming_the_cpp_path(triton_results, kind):
+    error = triton_results[kind + "_error"]
+    assert error is not None and "OPENMTIA_INDUCTOR_BACKEND=cpp" in error and "AssertionError" not in error, error
+    assert "has no C++ wrapper" in error
+    assert triton_results["after_errors_err"] < 1e-6  # the Triton path still compiles afterwards
 
 
 def test_triton_path_compiles_and_matches_cpu(triton_results):

@@ -143,3 +143,19 @@ class MtiaCppWrapper(CppWrapperCpu):
         self.writeline(f'    openmtia_aoti_launch_kernel(mtia_device, "{kernel_name}", [=]() {{ '
                        f"{kernel_name}({', '.join(params)}); }});")
         self.writeline("}")
+
+
+class TritonPathCppWrapper(CppWrapperCpu):
+    """The C++ wrapper slot of mtia's Triton path: its kernels run in Triton's
+    interpreter, from Python, so no C++ host code can run them. Asked for one
+    (cpp_wrapper=True, or AOTInductor, which always is), it raises saying which
+    path deploys, instead of Inductor's "Device mtia not supported"."""
+
+    MESSAGE = ("mtia's Triton path (OPENMTIA_INDUCTOR_BACKEND=triton) runs its kernels in Triton's interpreter, "
+               "from Python: it has no C++ wrapper, so torch.compile with cpp_wrapper=True and AOTInductor "
+               "packages are not available on it. The C++ path (OPENMTIA_INDUCTOR_BACKEND=cpp, the default) "
+               "builds both.")
+
+    @staticmethod
+    def create(is_subgraph, subgraph_name, parent_wrapper, partition_signatures=None):
+        raise RuntimeError(TritonPathCppWrapper.MESSAGE)

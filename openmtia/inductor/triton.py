@@ -133,5 +133,7 @@ def register(common, custom_pass):
     _closed_runtime_flags()
     _interpret_over_device_memory()
     _libdevice_in_the_interpreter()
+    from .cpp_wrapper import TritonPathCppWrapper
+
     common.register_backend_for_device(
-        "mtia", TritonScheduling, MtiaTritonWrapperCodegen, device_custom_pass=custom_pass)
+        "mtia", TritonScheduling, MtiaTritonWrapperCodegen, TritonPathCppWrapper, device_custom_pass=custom_pass)

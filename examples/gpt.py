@@ -6,7 +6,11 @@ characters. A GPT-style decoder (causal attention through
 scaled_dot_product_attention) trains with AdamW, bf16 autocast and gradient
 clipping. Then it answers the held-out sums greedily, is saved with
 torch.save, reloaded with weights_only=True onto the device, and the reloaded
-model must give the same answers.
+model must give the same answers. Last it deploys: the trained model is
+exported (torch.export, dynamic batch and length), compiled into an
+AOTInductor package on the device, loaded back, and must answer the held-out
+sums as well as eager did; the summary compares their inference times
+(--no-deploy skips this; examples/aoti_cpp runs such a package from C++).
 
     python examples/gpt.py                  # on mtia
     python examples/gpt.py --device cpu     # the reference run
@@ -102,8 +106,11 @@ class GPT(nn.Module):
 
 @torch.no_grad()
 def answer(model, prompts, device):
-    """Greedy decoding of '<a>+<b>=' prompts, all at once, up to the newline."""
-    model.eval()
+    """Greedy decoding of '<a>+<b>=' prompts, all at once, up to the newline.
+    model: a GPT, or any callable from token ids to logits (a loaded package)."""
+    module = isinstance(model, nn.Module)
+    if module:
+        model.eval()
     ids = [encode(p) for p in prompts]
     out = ["" for _ in prompts]
     done = [False] * len(prompts)
@@ -125,8 +132,36 @@ def answer(model, prompts, device):
                 ids[r] = ids[r] + [t]
         if all(done):
             break
-    model.train()
+    if module:
+        model.train()
     return out
+
+
+def timed_answers(model, prompts, device, repeats=3):
+    """(answers, median seconds of one full greedy decode, after a warm-up decode)."""
+    answers = answer(model, prompts, device)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        answer(model, prompts, device)  # ends with .cpu(): waits for the device
+        times.append(time.perf_counter() - start)
+    return answers, sorted(times)[len(times) // 2]
+
+
+def deploy(model, prompts, device, directory):
+    """Exports the model (batch and sequence length dynamic), packages it with
+    AOTInductor for `device`, loads the package; returns (loaded package,
+    package path, seconds to export and build)."""
+    start = time.perf_counter()
+    model.eval()
+    example = torch.zeros(len(prompts), 8, dtype=torch.long, device=device)
+    batch, length = torch.export.Dim("batch", min=1, max=4096), torch.export.Dim("length", min=2, max=SEQ)
+    with torch.no_grad():
+        ep = torch.export.export(model, (example,), dynamic_shapes={"idx": {0: batch, 1: length}})
+        path = torch._inductor.aoti_compile_and_package(ep, package_path=os.path.join(directory, "gpt.pt2"))
+    model.train()
+    build_s = time.perf_counter() - start
+    return torch._inductor.aoti_load_package(path), path, build_s
 
 
 def train(args, device, steps, verbose=True, seed=0):
@@ -233,6 +268,8 @@ def main():
     p.add_argument("--graphs", action="store_true", help="capture the train step in an MTIAGraph and replay it")
     p.add_argument("--check", action="store_true", help="also run a short fixed-seed CPU twin (float32): "
                    "fail if the mtia losses differ")
+    p.add_argument("--no-deploy", dest="deploy", action="store_false",
+                   help="skip the AOTInductor deployment of the trained model")
     p.add_argument("--losses-json", help="also write the per-step losses to this file")
     p.add_argument("--png", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "loss.png"))
     args = p.parse_args()
@@ -269,7 +306,7 @@ def main():
 
     prompts = [t[:t.index("=") + 1] for t in held]
     truth = [t[t.index("=") + 1:-1] for t in held]
-    answers = answer(model, prompts, device)
+    answers, eager_s = timed_answers(model, prompts, device)
     acc = sum(a == t for a, t in zip(answers, truth)) / len(truth)
     print(f"held-out sums answered correctly: {acc:.1%} of {len(truth)} (e.g. "
           + ", ".join(f"{p}{a}" for p, a in list(zip(prompts, answers))[:3]) + ")")
@@ -281,9 +318,25 @@ def main():
     same = answer(reloaded, prompts, device) == answers
     print(f"saved to {path}, reloaded with weights_only=True onto {device}: answers {'equal' if same else 'DIFFER'}")
 
+    deployed_ok = True
+    if args.deploy:
+        package, package_path, build_s = deploy(model, prompts, device, os.path.dirname(path))
+        aoti_answers, aoti_s = timed_answers(package, prompts, device)
+        aoti_acc = sum(a == t for a, t in zip(aoti_answers, truth)) / len(truth)
+        agree = sum(a == b for a, b in zip(aoti_answers, answers))
+        # the same accuracy as eager (one differing answer of the held-out set
+        # at most: a float32 argmax may tie differently)
+        deployed_ok = abs(aoti_acc - acc) <= 1 / len(truth) + 1e-9
+        print(f"deployed with AOTInductor on {device} ({package_path}, exported and built in {build_s:.0f} s): "
+              f"held-out sums answered correctly {aoti_acc:.1%}, {agree} of {len(truth)} answers as eager's"
+              + ("" if deployed_ok else " (ACCURACY DIFFERS)"))
+
     print("summary:")
     print(f"  tokens/s {tok_s:,.0f}  step time {step_ms:.1f} ms (median after 5 warm-up steps)  "
           f"final loss {losses[-1]:.4f}")
+    if args.deploy:
+        print(f"  inference (greedy answers to {len(prompts)} held-out sums): eager {1e3 * eager_s:.1f} ms, "
+              f"AOTInductor {1e3 * aoti_s:.1f} ms ({eager_s / aoti_s:.2f}x)")
     if "peak" in extra:
         print(f"  peak device memory {extra['peak'] / 2**20:.1f} MiB  device allocations after warm-up "
               f"{extra['allocs']}")
@@ -304,7 +357,7 @@ def main():
     except ImportError:
         print("  (matplotlib missing: no loss curve)")
 
-    ok = same
+    ok = same and deployed_ok
     if args.check:
         twin = argparse.Namespace(**{**vars(args), "bf16": False, "compile": False, "graphs": False, "ddp": False})
         _, mine, _, _, _ = train(twin, device, 20, verbose=False, seed=1)

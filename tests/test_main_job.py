@@ -3,6 +3,7 @@ import argparse
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -60,6 +61,13 @@ def test_short_run_end_to_end(tmp_path):
     assert "held-out sums answered correctly" in text and "answers equal" in text and "OK" in text, text
     assert "peak device memory" in text and "device allocations after warm-up 0" in text, text
     assert png.exists() and png.stat().st_size > 1000
+    # deployed: the AOTInductor package answers as eager does (issue 41, point 4)
+    m = re.search(r"deployed with AOTInductor on mtia \(.*gpt\.pt2, .*\): held-out sums answered correctly "
+                  r"([0-9.]+)%, (\d+) of (\d+) answers as eager's\n", text)
+    assert m, text
+    eager_acc = float(re.search(r"held-out sums answered correctly: ([0-9.]+)%", text).group(1))
+    assert abs(float(m.group(1)) - eager_acc) <= 0.2 and int(m.group(2)) >= int(m.group(3)) - 1, text
+    assert re.search(r"inference \(greedy answers to 500 held-out sums\): eager [0-9.]+ ms, AOTInductor [0-9.]+ ms", text)
 
 
 def test_ddp_under_torchrun_equals_one_cpu_process(tmp_path):

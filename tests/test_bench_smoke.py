@@ -21,3 +21,13 @@ def test_cpu_and_low_precision_tables_run(tmp_path):
     assert any("x > y" in l for l in low) and any("mean" in l for l in low)
     assert len(rows) > len(low)  # and the mtia-vs-CPU rows
     assert png.stat().st_size > 0
+
+
+def test_deploy_bench_runs():
+    deploy = BENCH.parent / "deploy_bench.py"
+    r = subprocess.run([sys.executable, str(deploy), "--quick"], capture_output=True, text=True, timeout=900,
+                       cwd=str(BENCH.parent))
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows = [l for l in r.stdout.splitlines() if l.startswith("transformer block")]
+    assert [l.split()[2] for l in rows] == ["eager", "compile", "aoti"], r.stdout
+    assert "target: AOTInductor on mtia within 1.1x" in r.stdout

@@ -26,6 +26,14 @@ def _fresh_dynamo():
     torch._dynamo.reset()
 
 
+@pytest.fixture(params=[False, True], ids=["python_wrapper", "cpp_wrapper"])
+def wrapper(request):
+    """Both host-code generators: Inductor's Python wrapper and its C++ one
+    (cpp_wrapper=True, openmtia/inductor/cpp_wrapper.py)."""
+    with config.patch(cpp_wrapper=request.param):
+        yield request.param
+
+
 def gate(device=0, timeout_s=30.0):
     """Holds the current stream of `device` until released."""
     return openmtia._C_test.launch_blocking_task(device, timeout_s)
@@ -72,7 +80,7 @@ def test_bad_backend_name_is_rejected(monkeypatch):
 
 # ------------------------------------------------------------ device work
 @pytest.mark.needs_async
-def test_compiled_call_returns_before_its_kernels_run():
+def test_compiled_call_returns_before_its_kernels_run(wrapper):
     f = torch.compile(lambda a, b: torch.relu(a @ b) * 2 + 1)
     a, b = torch.randn(64, 64, device="mtia"), torch.randn(64, 64, device="mtia")
     f(a, b)  # compile
@@ -86,7 +94,7 @@ def test_compiled_call_returns_before_its_kernels_run():
 
 
 @pytest.mark.needs_async
-def test_compiled_kernels_are_ordered_with_eager_ops():
+def test_compiled_kernels_are_ordered_with_eager_ops(wrapper):
     f = torch.compile(lambda x: x.sin() * 3 + x)
     x = torch.zeros(1000, device="mtia")
     f(x)
@@ -105,7 +113,7 @@ def test_compiled_kernels_are_ordered_with_eager_ops():
 
 
 @pytest.mark.needs_async
-def test_compiled_kernels_run_on_the_current_stream():
+def test_compiled_kernels_run_on_the_current_stream(wrapper):
     f = torch.compile(lambda x: x * 2)
     x = torch.ones(100, device="mtia")
     f(x)
@@ -122,7 +130,7 @@ def test_compiled_kernels_run_on_the_current_stream():
 
 
 @pytest.mark.needs_async
-def test_cpu_scalar_inputs_are_read_at_launch():
+def test_cpu_scalar_inputs_are_read_at_launch(wrapper):
     f = torch.compile(lambda a, s: a * s + 1)
     a, s = torch.ones(8, device="mtia"), torch.tensor(3.0)
     f(a, s)

@@ -3,8 +3,7 @@
 current mtia stream and the ops Inductor does not compile through mtia's C
 shim (the dispatcher), as the Python wrapper does.
 
-Results are compared with CPU eager; the device-work tests are the Python
-wrapper's (test_compile.py) with the C++ wrapper.
+Results are compared with CPU eager.
 """
 import copy
 
@@ -16,8 +15,7 @@ from torch._inductor.utils import run_and_get_code
 from torch.profiler import ProfilerActivity, profile
 
 import openmtia
-import openmtia._C_test
-from test_compile import Block, eleven_outputs, gate, max_param_diff, train
+from test_compile import Block, eleven_outputs, max_param_diff, train
 
 
 @pytest.fixture(autouse=True)
@@ -52,70 +50,8 @@ def test_generated_cpp_allocates_on_the_device_launches_kernels_and_calls_the_mt
 
 
 # ------------------------------------------------------------ device work
-@pytest.mark.needs_async
-def test_compiled_call_returns_before_its_kernels_run():
-    f = torch.compile(lambda a, b: torch.relu(a @ b) * 2 + 1)
-    a, b = torch.randn(64, 64, device="mtia"), torch.randn(64, 64, device="mtia")
-    f(a, b)  # compile
-    g = gate()
-    try:
-        out = f(a, b)  # returns while the stream is held: every kernel is queued behind the gate
-        assert not torch.mtia.current_stream().query()
-    finally:
-        g.release()
-    torch.testing.assert_close(out.cpu(), torch.relu(a.cpu() @ b.cpu()) * 2 + 1)
-
-
-@pytest.mark.needs_async
-def test_compiled_kernels_are_ordered_with_eager_ops():
-    f = torch.compile(lambda x: x.sin() * 3 + x)
-    x = torch.zeros(1000, device="mtia")
-    f(x)
-    x.add_(1).mul_(0)
-    torch.mtia.synchronize()
-    g = gate()
-    try:
-        x.add_(1)  # eager, queued
-        y = f(x)  # compiled: must read x + 1
-        x.mul_(0)  # eager: must come after the compiled kernel read x
-        assert not torch.mtia.current_stream().query()
-    finally:
-        g.release()
-    torch.testing.assert_close(y.cpu(), torch.ones(1000).sin() * 3 + 1)
-    assert x.cpu().eq(0).all()
-
-
-@pytest.mark.needs_async
-def test_compiled_kernels_run_on_the_current_stream():
-    f = torch.compile(lambda x: x * 2)
-    x = torch.ones(100, device="mtia")
-    f(x)
-    s = torch.mtia.Stream()
-    g = gate()  # holds the default stream only
-    try:
-        with torch.mtia.stream(s):
-            y = f(x)
-            s.synchronize()  # the side stream is free: the kernel ran there
-        assert not torch.mtia.default_stream().query()
-    finally:
-        g.release()
-    assert y.cpu().eq(2).all()
-
-
-@pytest.mark.needs_async
-def test_cpu_scalar_inputs_are_read_at_launch():
-    f = torch.compile(lambda a, s: a * s + 1)
-    a, s = torch.ones(8, device="mtia"), torch.tensor(3.0)
-    f(a, s)
-    g = gate()
-    try:
-        out = f(a, s)
-        s.fill_(100.0)  # after the launch: the queued kernel keeps 3
-    finally:
-        g.release()
-    assert out.cpu().eq(4).all()
-
-
+# (asynchronous calls, ordering with eager ops, the current stream, CPU
+# scalars read at launch: test_compile.py runs them with both wrappers)
 def test_kernels_are_device_kernels_in_the_profiler():
     f = torch.compile(lambda a: (a @ a).relu() * 2 + 1)
     a = torch.randn(32, 32, device="mtia")

@@ -220,7 +220,7 @@ def test_mlp_trains_three_compiled_steps_like_eager_cpu():
     assert max_param_diff(cpu, mtia) < 1e-4
 
 
-def test_transformer_block_trains_three_compiled_steps_like_eager_cpu():
+def test_transformer_block_trains_three_compiled_steps_like_eager_cpu(wrapper):
     torch.manual_seed(0)
     model = Block()
     data = [(torch.randint(0, 16, (4, 12)), torch.randint(0, 16, (4, 12))) for _ in range(3)]

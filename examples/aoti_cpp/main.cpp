@@ -11,7 +11,7 @@
 // the exit status is 1.
 #include <ATen/ATen.h>
 #include <torch/csrc/inductor/aoti_package/model_package_loader.h>
-#include <torch/serialize.h>
+#include <torch/csrc/jit/serialization/pickle.h>
 
 #include <openmtia/openmtia.h>
 
@@ -53,14 +53,14 @@ int main(int argc, char** argv) {
     torch::inductor::AOTIModelPackageLoader loader(package, "model", /*run_single_threaded=*/false,
                                                    /*num_runners=*/1, static_cast<c10::DeviceIndex>(device_index));
 
-    at::Tensor input = torch::pickle_load(readFile(input_path)).toTensor().to(device);
+    at::Tensor input = torch::jit::pickle_load(readFile(input_path)).toTensor().to(device);
     std::vector<at::Tensor> outputs;
     auto start = std::chrono::steady_clock::now();
     for (int i = 0; i < runs; ++i) outputs = loader.run({input});
     at::Tensor out = outputs.at(0).cpu();  // waits for the device
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count() / runs;
 
-    writeFile(output_path, torch::pickle_save(out));
+    writeFile(output_path, torch::jit::pickle_save(out));
     std::cout << "package " << package << " on " << device << ": input " << input.sizes() << " -> output "
               << out.sizes() << " " << out.scalar_type() << ", sum " << out.sum().item<double>() << ", "
               << ms << " ms per run (" << runs << " run" << (runs == 1 ? "" : "s") << ")\n";

@@ -25,11 +25,7 @@ def shims(yaml_path):
     """[(declaration, definition)] of every fallback op torchgen can shim."""
     from torchgen.aoti.fallback_ops import inductor_fallback_ops
     from torchgen.context import native_function_manager
-    from torchgen.gen_aoti_c_shim import (
-        gen_declaration_and_definition,
-        gen_static_dispatch_backend_call,
-        get_fallback_op_name,
-    )
+    from torchgen.gen_aoti_c_shim import gen_declaration_and_definition, get_fallback_op_name
     from torchgen.model import Location, NativeFunction
 
     raw = native_yaml.load(yaml_path)

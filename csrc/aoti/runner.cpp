@@ -24,8 +24,7 @@ class AOTIModelContainerRunnerMtia : public torch::inductor::AOTIModelContainerR
  public:
   AOTIModelContainerRunnerMtia(const std::string& so_path, size_t num_models, const std::string& device_str,
                                const std::string& bin_dir, bool run_single_threaded)
-      : AOTIModelContainerRunner(so_path, num_models, checked(device_str), bin_dir, run_single_threaded),
-        device_(modelDevice(device_str)) {}
+      : AOTIModelContainerRunnerMtia(so_path, num_models, modelDevice(device_str), bin_dir, run_single_threaded) {}
 
  protected:
   std::vector<at::Tensor> run_impl(std::vector<AtenTensorHandle>& input_handles, void* stream_handle) override {
@@ -43,17 +42,16 @@ class AOTIModelContainerRunnerMtia : public torch::inductor::AOTIModelContainerR
   }
 
  private:
-  // "mtia" is the current device at load, as the model resolves it
+  // the model gets the device with its index ("mtia:N"), so both agree
+  AOTIModelContainerRunnerMtia(const std::string& so_path, size_t num_models, c10::Device device,
+                               const std::string& bin_dir, bool run_single_threaded)
+      : AOTIModelContainerRunner(so_path, num_models, device.str(), bin_dir, run_single_threaded), device_(device) {}
+
+  // "mtia" is the current device at load; throws naming a device that is not mtia
   static c10::Device modelDevice(const std::string& device_str) {
     int32_t type = 0, index = 0;
     openmtia_aoti_model_device(device_str, type, index);
     return c10::Device(c10::DeviceType::MTIA, static_cast<c10::DeviceIndex>(index));
-  }
-
-  static const std::string& checked(const std::string& device_str) {
-    int32_t type = 0, index = 0;
-    openmtia_aoti_model_device(device_str, type, index);  // throws naming a device that is not mtia
-    return device_str;
   }
 
   c10::Device device_;

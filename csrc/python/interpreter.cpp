@@ -74,15 +74,17 @@ PyObject* memoryStatsDict(c10::DeviceIndex index) {
   return out.release().ptr();
 }
 
+omr::DeviceProperties propertiesOf(c10::DeviceIndex index) {  // -1: the current device
+  return OMR_CALL(omr::deviceProperties(index < 0 ? currentDevice() : index));
+}
+
 PyObject* deviceCapability(c10::DeviceIndex index) {
-  if (index < 0) index = currentDevice();
-  auto p = OMR_CALL(omr::deviceProperties(index));
+  auto p = propertiesOf(index);
   return py::make_tuple(p.major, p.minor).release().ptr();
 }
 
 PyObject* deviceProperties(c10::DeviceIndex index) {
-  if (index < 0) index = currentDevice();
-  auto p = OMR_CALL(omr::deviceProperties(index));
+  auto p = propertiesOf(index);
   py::dict d;
   d["name"] = p.name;
   d["total_memory"] = p.total_memory;

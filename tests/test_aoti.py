@@ -200,7 +200,7 @@ def test_truncated_or_corrupt_package_raises(small_package, tmp_path):
     cut, bad = tmp_path / "cut.pt2", tmp_path / "bad.pt2"
     cut.write_bytes(data[: len(data) // 2])
     bad.write_bytes(b"not a zip" + data[9:])
-    for path in (cut, bad):
-        with pytest.raises(RuntimeError):
+    for path, message in ((cut, "Failed to initialize zip archive"), (bad, "Failed to extract zip file")):
+        with pytest.raises(RuntimeError, match=message):
             torch._inductor.aoti_load_package(str(path))
     assert (torch.ones(2, device="mtia") + 1).cpu().eq(2).all()

@@ -343,9 +343,13 @@ LOW_PRECISION_CASES = [
 LOW_PRECISION_TARGET = 1.1  # mtia low-precision time / mtia float32 time
 
 
-def alternating(fns, repeats, inner, warmup=2):
+def alternating(fns, repeats, inner, warmup=2, settle=0.0):
     """Per-repeat times of each of fns (name -> (fn, sync)), run in turns
-    after `warmup` calls of each (plans, allocations, compiles, lazy init)."""
+    after `warmup` calls of each (plans, allocations, compiles, lazy init).
+    settle: seconds of idle before each turn, so that the OpenMP teams of the
+    previous turn have stopped spinning (they take a core from the next one:
+    the main job's GPT packages for CPU and mtia, run in turns without it, each
+    read 1.3-1.7x slower than with 50 ms)."""
     for fn, sync in fns.values():
         for _ in range(warmup):
             fn()
@@ -353,6 +357,8 @@ def alternating(fns, repeats, inner, warmup=2):
     times = {name: [] for name in fns}
     for _ in range(repeats):
         for name, (fn, sync) in fns.items():
+            if settle:
+                time.sleep(settle)
             times[name].append(run_once(fn, sync, inner))
     return times
 

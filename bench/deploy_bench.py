@@ -2,7 +2,10 @@
 measured in one process; prints a table (issue 41).
 
 For each model and mode, the CPU and mtia variants run alternately (medians of
-the repeats; mtia is synchronized before each timer stops). The ratio is mtia's
+the repeats; mtia is synchronized before each timer stops), each turn after
+50 ms idle: without it, the OpenMP threads of the previous turn's kernels
+still spin and take a core from the next turn (both devices read 1.3-1.7x
+slower; a deployment runs one of them). The ratio is mtia's
 time over CPU's in the same mode (below 1: mtia is faster). Target: AOTInductor
 on mtia within 1.1x of AOTInductor on CPU.
 
@@ -37,6 +40,7 @@ def gpt_model():
 
 
 MODELS = {"transformer block": block_model, "main job's GPT": gpt_model}
+SETTLE = 0.05  # seconds idle before each turn (bench.alternating)
 
 
 def variant(model_fn, device, mode, directory):
@@ -75,7 +79,7 @@ def main():
             for mode in ("eager", "compile", "aoti"):
                 torch._dynamo.reset()
                 fns = {dev: (variant(model_fn, dev, mode, directory), on(dev)) for dev in ("cpu", "mtia")}
-                times = alternating(fns, repeats, inner)
+                times = alternating(fns, repeats, inner, settle=SETTLE)
                 cpu, mtia = (1e3 * statistics.median(times[d]) for d in ("cpu", "mtia"))
                 rows.append((name, mode, cpu, mtia, mtia / cpu))
     print(f"{'model':<20} {'mode':<8} {'CPU ms':>9} {'mtia ms':>9} {'mtia/CPU':>9}")

@@ -12,8 +12,9 @@ import openmtia._C_test  # the test-only module (launch_blocking_task)
 
 
 class Net(torch.nn.Module):
-    """Inductor's kernels, extern mm/addmm, a C-shim fallback (sort), and ops
-    that go through the proxy executor (native_layer_norm, linalg_inv_ex)."""
+    """Inductor's kernels, extern mm/addmm, C-shim fallbacks (sort, and
+    native_layer_norm, which mtia keeps whole), and an op that goes through
+    torch.s proxy executor (linalg_inv_ex and its check)."""
 
     def __init__(self):
         super().__init__()
@@ -83,6 +84,17 @@ def test_package_runs_on_mtia_like_cpu_eager_with_dynamic_batch(net, net_package
             out = runner(x.to("mtia"))
             assert out.device == torch.device("mtia:0")
             torch.testing.assert_close(out.cpu(), net(x), atol=1e-5, rtol=1e-5)
+
+
+def test_kept_ops_are_shim_calls_and_only_the_unlisted_one_uses_the_proxy_executor(net_package):
+    import zipfile
+
+    with zipfile.ZipFile(net_package) as z:
+        (name,) = [n for n in z.namelist() if n.endswith(".wrapper.cpp")]
+        code = z.read(name).decode()
+    assert code.count("aoti_torch_mtia_native_layer_norm(") == 1
+    assert "aoti_torch_mtia_sort" in code and "aoti_torch_mtia_addmm_out(" in code
+    assert code.count("aoti_torch_proxy_executor_call_function(") == 2  # linalg_inv_ex, _linalg_check_errors
 
 
 def test_weights_are_in_device_memory(small, small_package):

@@ -409,9 +409,10 @@ def test_native_layer_norm_stays_a_device_kernel_forward_and_backward(wrapper):
         return y
 
     y, (fwd, bwd) = run_and_get_code(step, x)
-    if wrapper:  # C++: called through the dispatcher (the op has no C shim), not decomposed
-        assert "aten.native_layer_norm.default" in fwd and "var_mean" not in fwd
-        assert "aten.native_layer_norm_backward.default" in bwd
+    if wrapper:  # C++: mtia's C shim (not torch's proxy executor), not decomposed
+        assert "aoti_torch_mtia_native_layer_norm(" in fwd and "var_mean" not in fwd
+        assert "aoti_torch_mtia_native_layer_norm_backward(" in bwd
+        assert "proxy_executor" not in fwd + bwd and "aoti_torch_call_dispatcher" not in fwd + bwd
     else:
         assert "torch.ops.aten.native_layer_norm.default(" in fwd
         assert "torch.ops.aten.native_layer_norm_backward.default(" in bwd

@@ -4,7 +4,7 @@ Code that Inductor's C++ wrapper generates (torch.compile with cpp_wrapper,
 AOTInductor packages) calls an aten op it does not compile through a C
 function `aoti_torch_<device>_<op>`, one per op of torchgen's
 `inductor_fallback_ops`. libtorch has them for cpu, cuda, xpu and mps; these
-are mtia's. Each calls the op through the dispatcher (torchgen's
+are mtia's, plus the ops mtia keeps whole (openmtia/inductor/shim_ops.py). Each calls the op through the dispatcher (torchgen's
 `at::<op>`, as its device-generic `aoti_torch_aten_*` shims do), so on mtia
 tensors it reaches openmtia's kernel (or its CPU fallback) on the current
 stream, like the eager call; libtorch's `aoti_torch_cpu_*` call `at::cpu::`
@@ -21,6 +21,15 @@ import native_yaml  # noqa: E402  (beside this file)
 DEVICE = "mtia"
 
 
+def extra_shim_ops():
+    """openmtia/inductor/shim_ops.py's EXTRA_SHIM_OPS, read by path (importing
+    the package would load its extension, which this build makes)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "openmtia", "inductor", "shim_ops.py")
+    scope = {}
+    exec(compile(open(path).read(), path, "exec"), scope)
+    return scope["EXTRA_SHIM_OPS"]
+
+
 def shims(yaml_path):
     """[(declaration, definition)] of every fallback op torchgen can shim."""
     from torchgen.aoti.fallback_ops import inductor_fallback_ops
@@ -28,20 +37,21 @@ def shims(yaml_path):
     from torchgen.gen_aoti_c_shim import gen_declaration_and_definition, get_fallback_op_name
     from torchgen.model import Location, NativeFunction
 
+    wanted = {**inductor_fallback_ops, **extra_shim_ops()}
     raw = native_yaml.load(yaml_path)
     tags = {e["tag"] for e in native_yaml.load(os.path.join(os.path.dirname(yaml_path), "tags.yaml"))}
     chosen = {}
     for e in raw:
         func = NativeFunction.from_yaml(e, Location(yaml_path, e["__line__"]), tags)[0]
         name = get_fallback_op_name(func)
-        if name in inductor_fallback_ops:
+        if name in wanted:
             chosen[name] = func
     out = []
     for name, func in sorted(chosen.items()):
         with native_function_manager(func):
             try:
                 out.append(gen_declaration_and_definition(
-                    func.func, DEVICE, backend_call(func), inductor_fallback_ops[name]))
+                    func.func, DEVICE, backend_call(func), wanted[name]))
             except NotImplementedError:  # an argument type the C shims cannot pass (torchgen skips it too)
                 continue
     return out

@@ -61,10 +61,11 @@ def _register(common):
     graphs.install()  # mode="reduce-overhead" on mtia
     if backend() == "cpp":
         from .cpp import MtiaCppScheduling, MtiaWrapperCodegen, mtia_nodes_are_cpp_nodes
-        from .cpp_wrapper import MtiaCppWrapper, register_device_op_overrides
+        from .cpp_wrapper import MtiaCppWrapper, call_kept_ops_through_the_shim, register_device_op_overrides
 
         mtia_nodes_are_cpp_nodes()
         register_device_op_overrides(common)
+        call_kept_ops_through_the_shim()
         common.register_backend_for_device(
             "mtia", MtiaCppScheduling, MtiaWrapperCodegen, MtiaCppWrapper, device_custom_pass=_codegen_version()
         )

@@ -15,7 +15,9 @@ does it:
   kernel's device raises naming both.
 - **Ops Inductor does not compile** call mtia's C shim ``aoti_torch_mtia_<op>``
   (tools/gen_aoti_shim.py), which calls the op through the dispatcher: the
-  eager mtia kernel, on the current stream.
+  eager mtia kernel, on the current stream. The shim also has the ops mtia
+  keeps whole (``native_layer_norm``, shim_ops.py), which other devices
+  decompose, so they are direct calls too, not torch's proxy executor.
 - **Buffers** are ``aoti_torch_empty_strided`` on mtia (c10::DeviceType 19,
   ``aoti_torch_device_type_mtia``): openmtia's caching allocator.
 
@@ -58,6 +60,37 @@ def register_device_op_overrides(common):
             return "void*"  # the model's kernel members (C++ functions in the same library), as CPU's
 
     common.register_device_op_overrides("mtia", MtiaDeviceOpOverrides())
+
+
+def call_kept_ops_through_the_shim():
+    """The ops mtia keeps whole (shim_ops.EXTRA_SHIM_OPS) through mtia's C
+    shim, as the ops of torchgen's inductor_fallback_ops are, instead of
+    torch's proxy executor. Inductor chooses between the two by looking the op
+    up in that table while it generates a fallback op's call: for mtia's C++
+    wrapper, the op is in it for the length of that call (the table stays
+    torch's for every other device, which has no such shim)."""
+    from torch._inductor import ir
+    from torchgen.aoti import fallback_ops
+
+    from .shim_ops import EXTRA_SHIM_OPS
+
+    codegen = ir.FallbackKernel.codegen
+    if getattr(codegen, "_openmtia", False):
+        return
+
+    def fallback_kernel_codegen(self, wrapper):
+        table = fallback_ops.inductor_fallback_ops
+        name = str(self.op_overload)
+        if not isinstance(wrapper, MtiaCppWrapper) or name not in EXTRA_SHIM_OPS or name in table:
+            return codegen(self, wrapper)
+        table[name] = EXTRA_SHIM_OPS[name]
+        try:
+            return codegen(self, wrapper)
+        finally:
+            del table[name]
+
+    fallback_kernel_codegen._openmtia = True
+    ir.FallbackKernel.codegen = fallback_kernel_codegen
 
 
 class MtiaCppWrapper(CppWrapperCpu):

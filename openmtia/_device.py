@@ -69,6 +69,10 @@ def _at_exit():
 
 atexit.register(_at_exit)
 
+from . import _sparse
+
+_sparse.install()  # Tensor.new of sparse mtia tensors (torch's legacy constructor lacks SparseMTIA)
+
 from . import inductor as _inductor
 
 _inductor.install()  # torch.compile: registers mtia with Inductor when Inductor loads

@@ -43,6 +43,15 @@ fi
 # transformers: pinned; `pip install --dry-run` shows they need no torch
 "$VPY" -c "import importlib.metadata as m, sys; sys.exit(any(m.version(p) != v for p, v in [('tqdm', '4.70.1'), ('matplotlib', '3.11.2'), ('transformers', '5.23.0')]))" 2>/dev/null ||
   "$VPY" -m pip install -q tqdm==4.70.1 matplotlib==3.11.2 transformers==5.23.0
+# recommendation models (torchrec, FBGEMM's CPU build): pinned as a pair that
+# loads with torch 2.13 (fbgemm-gpu-cpu 1.9.0's libraries do not). torchrec
+# requires fbgemm-gpu, FBGEMM's CUDA build (500 MB, a second fbgemm_gpu module):
+# it is installed --no-deps, its other requirements pinned here (`pip install
+# --dry-run` shows they need no torch). openmtia itself does not require them.
+"$VPY" -c "import importlib.metadata as m, sys; sys.exit(any(m.version(p) != v for p, v in [('fbgemm-gpu-cpu', '1.8.0'), ('torchmetrics', '1.0.3'), ('tensordict', '0.15.3'), ('pyre-extensions', '0.0.32'), ('torchrec', '1.8.0')]))" 2>/dev/null || {
+  "$VPY" -m pip install -q fbgemm-gpu-cpu==1.8.0 torchmetrics==1.0.3 tensordict==0.15.3 pyre-extensions==0.0.32
+  "$VPY" -m pip install -q --no-deps torchrec==1.8.0
+}
 # --no-build-isolation: build against the torch above, never fetch another one
 "$VPY" -m pip install -q --no-build-isolation -e .
 "$VPY" -c "import torch; assert torch.__version__.startswith('2.13.0'), torch.__version__"

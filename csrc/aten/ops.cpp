@@ -246,21 +246,15 @@ TORCH_LIBRARY_IMPL(aten, MTIA, m) {
 
 namespace {
 
-// mtia tensors are strided only: every sparse or quantized entry point
-// (sparse_coo_tensor(..., device="mtia"), .to("mtia") of a sparse tensor, ...)
-// says so instead of the dispatcher's "Could not run ..." text.
-void unsupportedLayout(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack*) {
-  const char* what = keys.has(c10::DispatchKey::QuantizedMTIA) ? "quantized" : "sparse";
-  TORCH_CHECK_NOT_IMPLEMENTED(false, "openmtia supports strided tensors only: ", op.schema().name(), " on ", what,
-                              " mtia tensors is not supported");
+// No quantized mtia tensors: every quantized entry point says so instead of
+// the dispatcher's "Could not run ..." text. (Sparse ones: sparse/sparse.cpp.)
+void unsupportedLayout(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack*) {
+  TORCH_CHECK_NOT_IMPLEMENTED(false, "openmtia supports strided tensors only: ", op.schema().name(),
+                              " on quantized mtia tensors is not supported");
 }
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(_, SparseMTIA, m) { m.fallback(torch::CppFunction::makeFromBoxedFunction<&unsupportedLayout>()); }
-TORCH_LIBRARY_IMPL(_, SparseCsrMTIA, m) {
-  m.fallback(torch::CppFunction::makeFromBoxedFunction<&unsupportedLayout>());
-}
 TORCH_LIBRARY_IMPL(_, QuantizedMTIA, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&unsupportedLayout>());
 }

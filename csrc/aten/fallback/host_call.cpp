@@ -7,9 +7,13 @@
 #include <c10/core/CPUAllocator.h>
 #include <c10/util/accumulate.h>
 #include <ATen/EmptyTensor.h>
+#include <ATen/SparseCsrTensorImpl.h>
+#include <ATen/SparseTensorImpl.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
+#include <ATen/ops/_sparse_compressed_tensor_unsafe.h>
+#include <ATen/ops/_sparse_coo_tensor_with_dims_and_tensors.h>
 #include <torch/library.h>
 
 #include "openmtia/runtime.h"
@@ -49,6 +53,30 @@
 namespace openmtia {
 namespace fallback {
 
+namespace {
+
+bool isCompressed(c10::Layout layout) {
+  return layout == c10::kSparseCsr || layout == c10::kSparseCsc || layout == c10::kSparseBsr ||
+         layout == c10::kSparseBsc;
+}
+
+at::SparseTensorImpl* coo(const at::Tensor& t) { return static_cast<at::SparseTensorImpl*>(t.unsafeGetTensorImpl()); }
+
+at::SparseCsrTensorImpl* compressed(const at::Tensor& t) {
+  return static_cast<at::SparseCsrTensorImpl*>(t.unsafeGetTensorImpl());
+}
+
+// The strided tensors that hold a tensor's data: itself, or a sparse
+// tensor's members.
+std::vector<at::Tensor> members(const at::Tensor& t) {
+  if (t.layout() == c10::kSparse) return {coo(t)->indices(), coo(t)->values()};
+  if (isCompressed(t.layout()))
+    return {compressed(t)->compressed_indices(), compressed(t)->plain_indices(), compressed(t)->values()};
+  return {t};
+}
+
+}  // namespace
+
 c10::DeviceIndex HostCall::device() {
   if (device_ < 0) {
     const size_t nargs = op_.schema().arguments().size();
@@ -74,13 +102,17 @@ void HostCall::run(bool wait) {
     const auto& arg = schema.arguments()[i];
     if (staged_ && arg.alias_info() && arg.alias_info()->isWrite())
       forEachTensor((*stack_)[first + i], [this](const at::Tensor& t) {
-        if (t.defined() && t.device().type() == kMTIA) written_.insert(t.storage().unsafeGetStorageImpl());
+        if (t.defined() && t.device().type() == kMTIA)
+          for (const at::Tensor& m : members(t)) written_.insert(m.storage().unsafeGetStorageImpl());
       });
     (*stack_)[first + i] = toHost((*stack_)[first + i], arg.type());
   }
   {
     HostKernelScope host_kernel(kernelWork(op_, workElements(*stack_)));  // (its threads: aten/threads.h)
-    callCpuKernel(op_, stack_, float32Call(op_, *stack_));  // (bf16/fp16 matrix ops: low_precision.h)
+    if (sparse_key_)  // CPU's sparse kernel (which runs the dense kernels of its members)
+      op_.redispatchBoxed(c10::DispatchKeySet(*sparse_key_), stack_);
+    else
+      callCpuKernel(op_, stack_, float32Call(op_, *stack_));  // (bf16/fp16 matrix ops: low_precision.h)
   }
   writeBack();
   const size_t nrets = schema.returns().size();
@@ -120,8 +152,7 @@ at::Tensor HostCall::hostTensor(const at::Tensor& t) {
     if (t.defined()) host_inputs_.insert(t.unsafeGetTensorImpl());
     return t;
   }
-  TORCH_CHECK(t.layout() == c10::kStrided, "openmtia supports strided tensors only, got ", t.layout(), " in ",
-              op_.schema().name());
+  if (t.layout() != c10::kStrided) return hostSparse(t);
   auto* impl = t.unsafeGetTensorImpl();
   auto it = by_impl_.find(impl);
   if (it != by_impl_.end()) return it->second.host;
@@ -135,6 +166,31 @@ at::Tensor HostCall::hostTensor(const at::Tensor& t) {
   by_impl_.emplace(impl, Pair{t, h});
   host_impl_to_device_.emplace(h.unsafeGetTensorImpl(), t);
   host_storage_to_device_.emplace(sit->second.unsafeGetStorageImpl(), t.storage());
+  return h;
+}
+
+at::Tensor HostCall::hostSparse(const at::Tensor& t) {
+  auto* impl = t.unsafeGetTensorImpl();
+  auto it = by_impl_.find(impl);
+  if (it != by_impl_.end()) return it->second.host;
+  at::Tensor h;
+  if (t.layout() == c10::kSparse) {
+    at::Tensor indices = hostTensor(coo(t)->indices()), values = hostTensor(coo(t)->values());
+    h = at::_sparse_coo_tensor_with_dims_and_tensors(t.sparse_dim(), t.dense_dim(), t.sizes(), indices, values,
+                                                     values.options().layout(c10::kSparse), t.is_coalesced());
+    sparse_key_ = c10::DispatchKey::SparseCPU;
+  } else {
+    TORCH_CHECK_NOT_IMPLEMENTED(isCompressed(t.layout()), "openmtia: ", op_.schema().name(), " on ", t.layout(),
+                                " mtia tensors is not supported");
+    auto* c = compressed(t);
+    at::Tensor values = hostTensor(c->values());
+    h = at::_sparse_compressed_tensor_unsafe(hostTensor(c->compressed_indices()), hostTensor(c->plain_indices()),
+                                             values, t.sizes(), values.options().layout(t.layout()));
+    if (!sparse_key_) sparse_key_ = c10::DispatchKey::SparseCsrCPU;
+  }
+  by_impl_.emplace(impl, Pair{t, h});
+  host_impl_to_device_.emplace(h.unsafeGetTensorImpl(), t);
+  sparse_.push_back(Pair{t, h});
   return h;
 }
 
@@ -160,7 +216,9 @@ void HostCall::writeBack() {
     si->set_nbytes(h->nbytes());
     h->set_data_ptr_noswap(c10::DataPtr(si->mutable_data(), c10::Device(c10::kCPU)));
   }
+  for (const Pair& p : sparse_) writeBackSparse(p.device, p.host);
   for (auto& [impl, p] : by_impl_) {
+    if (p.device.layout() != c10::kStrided) continue;  // (writeBackSparse)
     const at::Tensor& h = p.host;
     // an out= kernel may also set its output's conj or neg bit (linalg_lu_solve(left=False) does)
     p.device._set_conj(h.is_conj());
@@ -172,14 +230,48 @@ void HostCall::writeBack() {
   }
 }
 
+void HostCall::writeBackSparse(const at::Tensor& device, const at::Tensor& host) {
+  // (a member the kernel left in place maps back to the device tensor itself)
+  if (device.layout() == c10::kSparse) {
+    auto *d = coo(device), *h = coo(host);
+    at::Tensor indices = deviceTensor(h->indices()), values = deviceTensor(h->values());
+    if (!indices.is_same(d->indices()) || !values.is_same(d->values()) || !host.sizes().equals(device.sizes()) ||
+        h->sparse_dim() != d->sparse_dim() || h->dense_dim() != d->dense_dim()) {
+      d->raw_resize_(h->sparse_dim(), h->dense_dim(), host.sizes());
+      d->set_indices_and_values_unsafe(indices, values);
+    }
+    d->set_coalesced(h->coalesced());
+    return;
+  }
+  auto *d = compressed(device), *h = compressed(host);
+  at::Tensor ci = deviceTensor(h->compressed_indices()), pi = deviceTensor(h->plain_indices()),
+             values = deviceTensor(h->values());
+  if (!ci.is_same(d->compressed_indices()) || !pi.is_same(d->plain_indices()) || !values.is_same(d->values()) ||
+      !host.sizes().equals(device.sizes()))
+    d->set_member_tensors(ci, pi, values, host.sizes());
+}
+
+at::Tensor HostCall::deviceSparse(const at::Tensor& h) {
+  if (h.layout() == c10::kSparse) {
+    at::Tensor indices = deviceTensor(coo(h)->indices()), values = deviceTensor(coo(h)->values());
+    return at::_sparse_coo_tensor_with_dims_and_tensors(h.sparse_dim(), h.dense_dim(), h.sizes(), indices, values,
+                                                        values.options().layout(c10::kSparse), h.is_coalesced());
+  }
+  TORCH_CHECK_NOT_IMPLEMENTED(isCompressed(h.layout()), "openmtia: ", op_.schema().name(), " would return a ",
+                              h.layout(), " mtia tensor, which is not supported");
+  auto* c = compressed(h);
+  at::Tensor values = deviceTensor(c->values());
+  return at::_sparse_compressed_tensor_unsafe(deviceTensor(c->compressed_indices()), deviceTensor(c->plain_indices()),
+                                              values, h.sizes(), values.options().layout(h.layout()));
+}
+
 at::Tensor HostCall::deviceTensor(const at::Tensor& h) {
   if (!h.defined() || h.device().type() != c10::kCPU) return h;
   auto* impl = h.unsafeGetTensorImpl();
   if (host_inputs_.count(impl)) return h;  // a genuine CPU input returned as is
-  TORCH_CHECK_NOT_IMPLEMENTED(h.layout() == c10::kStrided, "openmtia supports strided tensors only: ",
-                              op_.schema().name(), " would return a ", h.layout(), " mtia tensor");
   auto it = host_impl_to_device_.find(impl);
   if (it != host_impl_to_device_.end()) return it->second;
+  if (h.layout() != c10::kStrided) return deviceSparse(h);
   auto sit = host_storage_to_device_.find(h.storage().unsafeGetStorageImpl());
   if (sit != host_storage_to_device_.end()) {  // a view of an input
     auto view = at::detail::make_tensor<c10::TensorImpl>(c10::TensorImpl::VIEW, c10::Storage(sit->second),

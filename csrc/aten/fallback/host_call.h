@@ -6,8 +6,10 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
 
+#include <optional>
 #include <unordered_map>
 #include <unordered_set>
+#include <vector>
 
 namespace openmtia {
 namespace fallback {
@@ -26,6 +28,18 @@ class HostCall {
   void findDevice(size_t first, size_t nargs);
 
   at::Tensor hostTensor(const at::Tensor& t);
+
+  // A sparse mtia tensor (COO, or compressed: CSR, CSC, BSR, BSC) as a CPU
+  // sparse tensor over host tensors of its members (indices, values); the
+  // CPU kernel then is the sparse one (SparseCPU, SparseCsrCPU).
+  at::Tensor hostSparse(const at::Tensor& t);
+
+  // A sparse CPU result as an mtia one over device tensors of its members.
+  at::Tensor deviceSparse(const at::Tensor& h);
+
+  // A sparse argument the kernel may have changed (out=, in-place): its new
+  // members, sizes and flags go to the mtia tensor.
+  void writeBackSparse(const at::Tensor& device, const at::Tensor& host);
 
   c10::IValue toHost(const c10::IValue& v, const c10::TypePtr& type);
 
@@ -51,6 +65,8 @@ class HostCall {
   std::unordered_map<c10::TensorImpl*, at::Tensor> host_impl_to_device_;
   std::unordered_map<c10::StorageImpl*, c10::Storage> host_storage_to_device_;
   std::unordered_set<c10::TensorImpl*> host_inputs_;
+  std::vector<Pair> sparse_;                           // sparse arguments (device, host)
+  std::optional<c10::DispatchKey> sparse_key_;         // SparseCPU or SparseCsrCPU: a sparse call
 };
 
 }  // namespace fallback

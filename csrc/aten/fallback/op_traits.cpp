@@ -52,7 +52,10 @@ bool isDataDependent(const c10::OperatorHandle& op) {
       "aten::nonzero", "aten::unique", "aten::_unique", "aten::_unique2", "aten::unique_dim",
       "aten::unique_consecutive", "aten::unique_dim_consecutive", "aten::masked_select", "aten::bincount",
       "aten::repeat_interleave", "aten::histc", "aten::nonzero_numpy", "aten::argwhere",
-      "aten::_pack_padded_sequence"};
+      "aten::_pack_padded_sequence",
+      // a dense tensor made sparse: its nonzeros decide the members' sizes
+      "aten::_to_sparse", "aten::_to_sparse_csr", "aten::_to_sparse_csc", "aten::_to_sparse_bsr",
+      "aten::_to_sparse_bsc"};
   const std::string& name = op.schema().name();
   return ops.count(name) > 0 || (name != "aten::index" && op.hasTag(at::Tag::dynamic_output_shape));
 }

@@ -110,6 +110,25 @@ def test_an_unsupported_sparse_op_raises_naming_it_and_the_device_stays_usable()
     same(m.coalesce(), coo().coalesce())
 
 
+@pytest.mark.filterwarnings("ignore:Sparse invariant checks")
+def test_out_of_range_indices_raise_and_the_device_stays_usable():
+    i, v = torch.tensor([[0, 5], [1, 0]]), torch.tensor([1.0, 2.0])
+    message = "size is inconsistent with indices: for dim 0, size is 2 but found index 5"
+    with pytest.raises(RuntimeError, match=message):  # with torch's checks on, at construction, as on CPU
+        torch.sparse_coo_tensor(i, v, (2, 2), check_invariants=True)
+    with pytest.raises(RuntimeError, match=message):
+        torch.sparse_coo_tensor(i.to("mtia"), v.to("mtia"), (2, 2), check_invariants=True)
+    # with them off, CPU's kernels index out of bounds; mtia's check (not
+    # memory outside the tensor)
+    m = torch.sparse_coo_tensor(i, v, (2, 2), check_invariants=False).to("mtia")
+    with pytest.raises(RuntimeError, match=message):
+        m.to_dense()
+    neg = torch.sparse_coo_tensor(torch.tensor([[0, -1], [1, 0]]), v, (2, 2), check_invariants=False).to("mtia")
+    with pytest.raises(RuntimeError, match="found negative index -1 for dim 0"):
+        torch.zeros(2, 2, device="mtia") + neg
+    same(coo().to("mtia").to_dense(), coo().to_dense())
+
+
 # ------------------------------------------------------------- sparse gradients
 @pytest.mark.parametrize("module", ["Embedding", "EmbeddingBag"])
 def test_sparse_gradients_of_embeddings(module):

@@ -11,6 +11,8 @@
 #include <ATen/SparseTensorImpl.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/amax.h>
+#include <ATen/ops/amin.h>
 #include <ATen/ops/empty_strided.h>
 #include <ATen/ops/_sparse_compressed_tensor_unsafe.h>
 #include <ATen/ops/_sparse_coo_tensor_with_dims_and_tensors.h>
@@ -64,6 +66,21 @@ at::SparseTensorImpl* coo(const at::Tensor& t) { return static_cast<at::SparseTe
 
 at::SparseCsrTensorImpl* compressed(const at::Tensor& t) {
   return static_cast<at::SparseCsrTensorImpl*>(t.unsafeGetTensorImpl());
+}
+
+// A COO tensor's indices (host tensor, sparse_dim x nnz) within its sizes:
+// CPU's kernels index with them unchecked (torch checks them only when
+// sparse invariant checks are on), which on device memory would write out of
+// its block. The same error as torch's check.
+void checkIndicesInRange(const at::Tensor& indices, c10::IntArrayRef sizes) {
+  if (indices.numel() == 0) return;
+  const at::Tensor low = at::amin(indices, 1), high = at::amax(indices, 1);
+  for (int64_t d = 0; d < indices.size(0); ++d) {
+    const int64_t lo = low[d].item<int64_t>(), hi = high[d].item<int64_t>();
+    TORCH_CHECK(lo >= 0, "found negative index ", lo, " for dim ", d);
+    TORCH_CHECK(hi < sizes[d], "size is inconsistent with indices: for dim ", d, ", size is ", sizes[d],
+                " but found index ", hi);
+  }
 }
 
 // The strided tensors that hold a tensor's data: itself, or a sparse
@@ -176,6 +193,7 @@ at::Tensor HostCall::hostSparse(const at::Tensor& t) {
   at::Tensor h;
   if (t.layout() == c10::kSparse) {
     at::Tensor indices = hostTensor(coo(t)->indices()), values = hostTensor(coo(t)->values());
+    checkIndicesInRange(indices, t.sizes());
     h = at::_sparse_coo_tensor_with_dims_and_tensors(t.sparse_dim(), t.dense_dim(), t.sizes(), indices, values,
                                                      values.options().layout(c10::kSparse), t.is_coalesced());
     sparse_key_ = c10::DispatchKey::SparseCPU;

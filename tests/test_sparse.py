@@ -101,6 +101,20 @@ def test_elementwise_ops_run_on_the_stream_without_waiting():
     same(out, s.abs().sqrt().neg())
 
 
+def test_sparse_ops_are_device_kernels_in_the_profiler():
+    """The shared kernels' member ops are tasks; the host kernels (run after
+    the stream, synchronously) are reported as kernels of that stream too."""
+    from torch.profiler import ProfilerActivity, profile
+
+    m, d = coo().to("mtia"), torch.zeros(6, 5, device="mtia")
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.MTIA]) as prof:
+        (d + m).sum()
+        m.coalesce().neg()
+        torch.mtia.synchronize()
+    kernels = {e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.MTIA}
+    assert {"mtia:aten::add", "mtia:aten::_coalesce", "mtia:aten::neg_"} <= kernels, kernels
+
+
 def test_an_unsupported_sparse_op_raises_naming_it_and_the_device_stays_usable():
     m = coo().to("mtia")
     with pytest.raises(NotImplementedError, match="SparseCPU"):

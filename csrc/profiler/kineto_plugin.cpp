@@ -20,6 +20,7 @@
 
 #include "openmtia/runtime.h"
 #include "profiler/kineto_plugin.h"
+#include "runtime/tracing.h"
 
 namespace openmtia::profiler {
 namespace {
@@ -56,7 +57,7 @@ class Session final : public IActivityProfilerSession {
       records_.clear();
       g_records = &records_;
     }
-    omr::setTracing(&currentCorrelation, &collect);
+    openmtia::setTracing(&currentCorrelation, &collect);  // (runtime/tracing.h: tasks and host work)
     status_ = TraceStatus::RECORDING;
   }
 
@@ -122,7 +123,7 @@ class Session final : public IActivityProfilerSession {
 
  private:
   void detach() {
-    omr::setTracing(nullptr, nullptr);
+    openmtia::setTracing(nullptr, nullptr);
     std::lock_guard<std::mutex> lk(g_mu);
     if (g_records == &records_) g_records = nullptr;
   }

@@ -41,6 +41,7 @@
 #include "runtime/host_views.h"
 #include "runtime/result_placement.h"
 #include "runtime/stream.h"
+#include "runtime/tracing.h"
 #include "structured_ops.h"
 
 #include <algorithm>
@@ -126,6 +127,7 @@ void HostCall::run(bool wait) {
   }
   {
     HostKernelScope host_kernel(kernelWork(op_, workElements(*stack_)));  // (its threads: aten/threads.h)
+    HostWorkTrace trace(device_, op_.schema().name().c_str());  // device work, in the profiler
     if (sparse_key_)  // CPU's sparse kernel (which runs the dense kernels of its members)
       op_.redispatchBoxed(c10::DispatchKeySet(*sparse_key_), stack_);
     else

@@ -143,6 +143,14 @@ def test_out_of_range_indices_raise_and_the_device_stays_usable():
     same(coo().to("mtia").to_dense(), coo().to_dense())
 
 
+def test_compressed_layouts_raise_naming_the_limit():
+    with pytest.raises(NotImplementedError, match="compressed sparse layouts .* cannot be made on mtia"):
+        torch.empty(3, 3, layout=torch.sparse_csr, device="mtia")
+    with pytest.raises(NotImplementedError, match="compressed sparse layouts cannot be made on mtia"):
+        torch.randn(3, 3, device="mtia").to_sparse_csr()
+    torch.testing.assert_close(torch.ones(2, device="mtia").sum().cpu(), torch.tensor(2.0))
+
+
 # ------------------------------------------------------------- sparse gradients
 @pytest.mark.parametrize("module", ["Embedding", "EmbeddingBag"])
 def test_sparse_gradients_of_embeddings(module):

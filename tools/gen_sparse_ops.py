@@ -1,6 +1,7 @@
 """Generates sparse_ops.h from the installed torch's native_functions.yaml:
-the sparse kernels mtia gets on its SparseMTIA (COO) and SparseCsrMTIA (CSR,
-CSC, BSR, BSC) dispatch keys (csrc/aten/sparse/).
+the sparse COO kernels mtia gets on its SparseMTIA dispatch key
+(csrc/aten/sparse/). (Compressed layouts cannot exist on mtia with torch
+2.13: docs/eager.md.)
 
 - shared: the ops whose CPU and CUDA sparse kernels are one function
   (`SparseCPU, SparseCUDA: fn`). Such a kernel is device-generic: it works on
@@ -27,16 +28,16 @@ from gen_structured_ops import parse  # noqa: E402
 SKIP = {"is_pinned", "_pin_memory"}
 
 
-def sparse_ops(entries, prefix):
+def sparse_ops(entries):
     """(shared, host) op names (name.overload) of the CPU kernels on
-    `prefix`CPU, split by whether `prefix`CUDA has the same function."""
+    SparseCPU, split by whether SparseCUDA has the same function."""
     shared, host = [], []
     for e in entries:
-        cpu = e["dispatch"].get(prefix + "CPU")
+        cpu = e["dispatch"].get("SparseCPU")
         if cpu is None or e["name"] in SKIP:
             continue
         name = e["name"] + ("." + e["overload"] if e["overload"] else "")
-        (shared if e["dispatch"].get(prefix + "CUDA") == cpu else host).append(name)
+        (shared if e["dispatch"].get("SparseCUDA") == cpu else host).append(name)
     return shared, host
 
 
@@ -47,12 +48,9 @@ def array(name, items):
 
 def main(yaml_path, out_dir):
     entries = parse(native_yaml.load(yaml_path))
-    coo_shared, coo_host = sparse_ops(entries, "Sparse")
-    csr_shared, csr_host = sparse_ops(entries, "SparseCsr")
+    shared, host = sparse_ops(entries)
     text = ("// Sparse kernels for mtia (tools/gen_sparse_ops.py). Generated; do not edit.\n#pragma once\n\n"
-            "namespace openmtia {\n\n"
-            + array("kSparseSharedOps", coo_shared) + array("kSparseHostOps", coo_host)
-            + array("kSparseCsrSharedOps", csr_shared) + array("kSparseCsrHostOps", csr_host)
+            "namespace openmtia {\n\n" + array("kSparseSharedOps", shared) + array("kSparseHostOps", host)
             + "\n}  // namespace openmtia\n")
     os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(out_dir, "sparse_ops.h")

@@ -7,14 +7,12 @@
 #include <c10/core/CPUAllocator.h>
 #include <c10/util/accumulate.h>
 #include <ATen/EmptyTensor.h>
-#include <ATen/SparseCsrTensorImpl.h>
 #include <ATen/SparseTensorImpl.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/amax.h>
 #include <ATen/ops/amin.h>
 #include <ATen/ops/empty_strided.h>
-#include <ATen/ops/_sparse_compressed_tensor_unsafe.h>
 #include <ATen/ops/_sparse_coo_tensor_with_dims_and_tensors.h>
 #include <torch/library.h>
 
@@ -58,15 +56,13 @@ namespace fallback {
 
 namespace {
 
-bool isCompressed(c10::Layout layout) {
-  return layout == c10::kSparseCsr || layout == c10::kSparseCsc || layout == c10::kSparseBsr ||
-         layout == c10::kSparseBsc;
-}
-
 at::SparseTensorImpl* coo(const at::Tensor& t) { return static_cast<at::SparseTensorImpl*>(t.unsafeGetTensorImpl()); }
 
-at::SparseCsrTensorImpl* compressed(const at::Tensor& t) {
-  return static_cast<at::SparseCsrTensorImpl*>(t.unsafeGetTensorImpl());
+// No compressed sparse (CSR, ...) mtia tensor can exist with torch 2.13
+// (docs/eager.md#limits): a kernel that would return one says so.
+void checkCoo(c10::Layout layout, const c10::OperatorHandle& op) {
+  TORCH_CHECK_NOT_IMPLEMENTED(layout == c10::kSparse, "openmtia: ", op.schema().name(), " on a ", layout,
+                              " mtia tensor: compressed sparse layouts cannot be made on mtia with torch 2.13");
 }
 
 // A COO tensor's indices (host tensor, sparse_dim x nnz) within its sizes:
@@ -84,12 +80,10 @@ void checkIndicesInRange(const at::Tensor& indices, c10::IntArrayRef sizes) {
   }
 }
 
-// The strided tensors that hold a tensor's data: itself, or a sparse
+// The strided tensors that hold a tensor's data: itself, or a sparse COO
 // tensor's members.
 std::vector<at::Tensor> members(const at::Tensor& t) {
   if (t.layout() == c10::kSparse) return {coo(t)->indices(), coo(t)->values()};
-  if (isCompressed(t.layout()))
-    return {compressed(t)->compressed_indices(), compressed(t)->plain_indices(), compressed(t)->values()};
   return {t};
 }
 
@@ -192,22 +186,13 @@ at::Tensor HostCall::hostSparse(const at::Tensor& t) {
   auto* impl = t.unsafeGetTensorImpl();
   auto it = by_impl_.find(impl);
   if (it != by_impl_.end()) return it->second.host;
-  at::Tensor h;
-  if (t.layout() == c10::kSparse) {
-    at::Tensor indices = hostTensor(coo(t)->indices()), values = hostTensor(coo(t)->values());
-    checkIndicesInRange(indices, t.sizes());
-    h = at::_sparse_coo_tensor_with_dims_and_tensors(t.sparse_dim(), t.dense_dim(), t.sizes(), indices, values,
-                                                     values.options().layout(c10::kSparse), t.is_coalesced());
-    sparse_key_ = c10::DispatchKey::SparseCPU;
-  } else {
-    TORCH_CHECK_NOT_IMPLEMENTED(isCompressed(t.layout()), "openmtia: ", op_.schema().name(), " on ", t.layout(),
-                                " mtia tensors is not supported");
-    auto* c = compressed(t);
-    at::Tensor values = hostTensor(c->values());
-    h = at::_sparse_compressed_tensor_unsafe(hostTensor(c->compressed_indices()), hostTensor(c->plain_indices()),
-                                             values, t.sizes(), values.options().layout(t.layout()));
-    if (!sparse_key_) sparse_key_ = c10::DispatchKey::SparseCsrCPU;
-  }
+  checkCoo(t.layout(), op_);
+  at::Tensor indices = hostTensor(coo(t)->indices()), values = hostTensor(coo(t)->values());
+  checkIndicesInRange(indices, t.sizes());
+  at::Tensor h = at::_sparse_coo_tensor_with_dims_and_tensors(
+      t.sparse_dim(), t.dense_dim(), t.sizes(), indices, values, values.options().layout(c10::kSparse),
+      t.is_coalesced());
+  sparse_key_ = c10::DispatchKey::SparseCPU;
   by_impl_.emplace(impl, Pair{t, h});
   host_impl_to_device_.emplace(h.unsafeGetTensorImpl(), t);
   sparse_.push_back(Pair{t, h});
@@ -252,37 +237,21 @@ void HostCall::writeBack() {
 
 void HostCall::writeBackSparse(const at::Tensor& device, const at::Tensor& host) {
   // (a member the kernel left in place maps back to the device tensor itself)
-  if (device.layout() == c10::kSparse) {
-    auto *d = coo(device), *h = coo(host);
-    at::Tensor indices = deviceTensor(h->indices()), values = deviceTensor(h->values());
-    if (!indices.is_same(d->indices()) || !values.is_same(d->values()) || !host.sizes().equals(device.sizes()) ||
-        h->sparse_dim() != d->sparse_dim() || h->dense_dim() != d->dense_dim()) {
-      d->raw_resize_(h->sparse_dim(), h->dense_dim(), host.sizes());
-      d->set_indices_and_values_unsafe(indices, values);
-    }
-    d->set_coalesced(h->coalesced());
-    return;
+  auto *d = coo(device), *h = coo(host);
+  at::Tensor indices = deviceTensor(h->indices()), values = deviceTensor(h->values());
+  if (!indices.is_same(d->indices()) || !values.is_same(d->values()) || !host.sizes().equals(device.sizes()) ||
+      h->sparse_dim() != d->sparse_dim() || h->dense_dim() != d->dense_dim()) {
+    d->raw_resize_(h->sparse_dim(), h->dense_dim(), host.sizes());
+    d->set_indices_and_values_unsafe(indices, values);
   }
-  auto *d = compressed(device), *h = compressed(host);
-  at::Tensor ci = deviceTensor(h->compressed_indices()), pi = deviceTensor(h->plain_indices()),
-             values = deviceTensor(h->values());
-  if (!ci.is_same(d->compressed_indices()) || !pi.is_same(d->plain_indices()) || !values.is_same(d->values()) ||
-      !host.sizes().equals(device.sizes()))
-    d->set_member_tensors(ci, pi, values, host.sizes());
+  d->set_coalesced(h->coalesced());
 }
 
 at::Tensor HostCall::deviceSparse(const at::Tensor& h) {
-  if (h.layout() == c10::kSparse) {
-    at::Tensor indices = deviceTensor(coo(h)->indices()), values = deviceTensor(coo(h)->values());
-    return at::_sparse_coo_tensor_with_dims_and_tensors(h.sparse_dim(), h.dense_dim(), h.sizes(), indices, values,
-                                                        values.options().layout(c10::kSparse), h.is_coalesced());
-  }
-  TORCH_CHECK_NOT_IMPLEMENTED(isCompressed(h.layout()), "openmtia: ", op_.schema().name(), " would return a ",
-                              h.layout(), " mtia tensor, which is not supported");
-  auto* c = compressed(h);
-  at::Tensor values = deviceTensor(c->values());
-  return at::_sparse_compressed_tensor_unsafe(deviceTensor(c->compressed_indices()), deviceTensor(c->plain_indices()),
-                                              values, h.sizes(), values.options().layout(h.layout()));
+  checkCoo(h.layout(), op_);
+  at::Tensor indices = deviceTensor(coo(h)->indices()), values = deviceTensor(coo(h)->values());
+  return at::_sparse_coo_tensor_with_dims_and_tensors(h.sparse_dim(), h.dense_dim(), h.sizes(), indices, values,
+                                                      values.options().layout(c10::kSparse), h.is_coalesced());
 }
 
 at::Tensor HostCall::deviceTensor(const at::Tensor& h) {

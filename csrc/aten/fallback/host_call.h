@@ -29,9 +29,9 @@ class HostCall {
 
   at::Tensor hostTensor(const at::Tensor& t);
 
-  // A sparse mtia tensor (COO, or compressed: CSR, CSC, BSR, BSC) as a CPU
-  // sparse tensor over host tensors of its members (indices, values); the
-  // CPU kernel then is the sparse one (SparseCPU, SparseCsrCPU).
+  // A sparse COO mtia tensor as a CPU one over host tensors of its members
+  // (indices, values, checked against the sizes); the CPU kernel then is the
+  // sparse one (SparseCPU).
   at::Tensor hostSparse(const at::Tensor& t);
 
   // A sparse CPU result as an mtia one over device tensors of its members.
@@ -66,7 +66,7 @@ class HostCall {
   std::unordered_map<c10::StorageImpl*, c10::Storage> host_storage_to_device_;
   std::unordered_set<c10::TensorImpl*> host_inputs_;
   std::vector<Pair> sparse_;                           // sparse arguments (device, host)
-  std::optional<c10::DispatchKey> sparse_key_;         // SparseCPU or SparseCsrCPU: a sparse call
+  std::optional<c10::DispatchKey> sparse_key_;         // SparseCPU: a sparse call
 };
 
 }  // namespace fallback

@@ -10,6 +10,7 @@ import re
 
 import pytest
 import torch
+from torch.utils._pytree import tree_flatten, tree_map
 
 PINS = {"torchrec": "1.8.0", "fbgemm-gpu-cpu": "1.8.0"}  # as scripts/setup.sh installs them
 
@@ -45,16 +46,6 @@ def test_fbgemm_ops_load_and_run_on_mtia_like_cpu():
 
 
 # ---------------------------------------------------------------- point 3: FBGEMM's ops
-def _to_mtia(a):
-    if isinstance(a, torch.Tensor):
-        return a.to("mtia")
-    return type(a)(_to_mtia(b) for b in a) if isinstance(a, (list, tuple)) else a
-
-
-def _flat(v):
-    return [w for u in v for w in (_flat(u) if isinstance(u, (list, tuple)) else [u])]
-
-
 LENGTHS = torch.tensor([[2, 0, 1], [1, 3, 0]], dtype=torch.int32)  # 2 features x batch 3
 OFFSETS = torch.tensor([0, 2, 2, 3, 4, 7, 7])
 SPARSE_OPS = {  # the jagged and KJT ops TorchRec calls, with arguments
@@ -81,10 +72,11 @@ def test_fbgemm_jagged_and_kjt_ops_on_mtia_equal_cpu(name):
 
     op = getattr(torch.ops.fbgemm, name)
     args = SPARSE_OPS[name]()
-    expected, got = _flat([op(*args)]), _flat([op(*_to_mtia(args))])
-    assert len(expected) == len(got)
+    expected, expected_spec = tree_flatten(op(*args))
+    got, got_spec = tree_flatten(op(*tree_map(lambda a: a.to("mtia") if isinstance(a, torch.Tensor) else a, args)))
+    assert got_spec == expected_spec and expected  # the same structure (Nones included), some tensor
     for e, g in zip(expected, got):
-        if e is None:
+        if e is None:  # (an optional result CPU leaves out too)
             assert g is None
             continue
         assert g.device.type == "mtia", (name, g.device)

@@ -361,6 +361,32 @@ def errors(rank, world, port):
     dist.destroy_process_group()
 
 
+def freed_input_is_not_reused(rank, world, port):
+    """A collective's input freed right after the call (a temporary): its block
+    is not handed out again until the collective, on the backend's
+    communication stream, is done with it (as NCCL's recordStream). With the
+    caller's stream held, the caller's next allocation of the same size gets
+    another block, and the collective still sends the input's values."""
+    import openmtia._C_test
+    dev = init(rank, world, port)
+    out = torch.empty(4 * world, device=dev)
+    torch.mtia.synchronize()
+    gate = openmtia._C_test.launch_blocking_task(dev.index, 30.0)
+    try:
+        inp = torch.full((4 * world,), float(rank + 1), device=dev)  # queued behind the gate
+        ptr = inp.data_ptr()
+        dist.all_to_all_single(out, inp)
+        del inp  # the collective has not read it yet
+        other = torch.empty(4 * world, device=dev)
+        reused = other.data_ptr() == ptr
+        other.fill_(-1.0)
+    finally:
+        gate.release()
+    assert not reused, "the freed input's block was handed out before the collective read it"
+    close_equal(out, torch.cat([torch.full((4,), float(r + 1)) for r in range(world)]), "all_to_all_single")
+    dist.destroy_process_group()
+
+
 def dead_rank(rank, world, port, result_path):
     dev = init(rank, world, port, timeout_s=10)
     t = torch.ones(4, device=dev)

@@ -60,6 +60,11 @@ def test_collective_stream_semantics():
     spawn(dist_workers.stream_semantics)
 
 
+@pytest.mark.needs_async
+def test_a_freed_input_is_not_reused_before_the_collective_reads_it():
+    spawn(dist_workers.freed_input_is_not_reused)
+
+
 def test_errors_and_cross_rank_mismatches():
     spawn(dist_workers.errors)
 

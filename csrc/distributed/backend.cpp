@@ -31,6 +31,7 @@
 #include "distributed/work.h"
 #include "runtime/device.h"
 #include "runtime/device_access.h"
+#include "runtime/device_allocator.h"
 #include "runtime/errors.h"
 #include "runtime/graphs.h"
 #include "runtime/host_views.h"
@@ -693,6 +694,15 @@ class MtiaBackend final : public c10d::Backend {
         throw;
       }
       omr::eventDestroy(ready);
+      // The tensors' memory was allocated for the caller's stream, and this
+      // task uses it on another: none of their blocks is reused before the
+      // task is done with it, whenever the caller frees them (NCCL's
+      // recordStream). (A temporary input freed right after the call was
+      // reused by the caller's next allocation while the task still read it.)
+      const c10::Stream comm = makeStream(caller, stream);
+      for (const at::Tensor& t : tensors)
+        if (t.defined() && t.device().type() == kMTIA && t.storage().data() != nullptr)
+          deviceAllocator()->recordStream(t.storage().data_ptr(), comm);
     }
     int size = getSize(), rank = getRank();
     OMR_CALL(omr::launch(exec, stream, (std::string("c10d:") + name).c_str(),

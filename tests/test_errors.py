@@ -92,6 +92,23 @@ def test_failing_async_task_raises_at_stream_and_event_sync_and_item():
     still_works()
 
 
+def test_an_earlier_task_error_raises_as_it_is_at_a_first_call_of_an_index_op():
+    """A new signature's first call waits for the stream: a task that failed
+    before it raises there, once, with its own message. (It was taken for the
+    index op's own error, deferred and raised at the next sync wrapped twice:
+    "openmtia: openmtia: asynchronous task ...".)"""
+    x, idx = torch.randn(5, 3, device="mtia"), torch.tensor([[4, 0, 1]], device="mtia")
+    torch.mtia.synchronize()
+    openmtia._C._clear_plan_cache()  # gather's call below is a first call (gather runs through the fallback)
+    openmtia._C_test.launch_failing_task(0, "earlier_kernel", "index 12 is out of bounds for size 4")
+    with pytest.raises(RuntimeError, match="earlier_kernel.*index 12 is out of bounds") as info:
+        torch.gather(x, 0, idx)
+    assert str(info.value).count("asynchronous task") == 1, str(info.value)
+    torch.mtia.synchronize()  # reported once
+    torch.testing.assert_close(torch.gather(x, 0, idx).cpu(), torch.gather(x.cpu(), 0, idx.cpu()))
+    still_works()
+
+
 def test_unsupported_layouts_and_devices_raise():
     with pytest.raises(RuntimeError, match="Only dense CPU tensors can be pinned"):
         torch.empty(2, device="mtia", pin_memory=True)

@@ -37,6 +37,8 @@ void setCurrentStream(const c10::Stream& stream) {
 
 omr::StreamId currentStreamId(c10::DeviceIndex device) { return tls_stream[device]; }
 
+void rethrowWithoutBacktrace(const c10::Error& e) { throw std::runtime_error(e.what_without_backtrace()); }
+
 void syncCurrentStream(c10::DeviceIndex device) { OMR_CALL(omr::streamSynchronize(device, tls_stream[device])); }
 
 const char* launchHostTaskOnCurrentStream(int device, const char* name, OmtiaHostFn fn, void* user,

@@ -2,7 +2,9 @@
 #pragma once
 
 #include <c10/core/Stream.h>
+#include <c10/util/Exception.h>
 
+#include <type_traits>
 #include <utility>
 
 #include "openmtia/driver.h"
@@ -20,9 +22,22 @@ inline omr::StreamId streamId(const c10::Stream& s) { return static_cast<omr::St
 omr::StreamId currentStreamId(c10::DeviceIndex device);  // of the calling thread
 // Enqueue `fn` (a callable that throws on failure) as a device task on the
 // current stream of `device`.
+// A task's c10::Error reaches the host (at the next sync) with its message
+// only: not the kernel's C++ backtrace, which c10::Error::what() holds.
+[[noreturn]] void rethrowWithoutBacktrace(const c10::Error& e);
 template <typename F>
 void launchOnCurrentStream(c10::DeviceIndex device, const char* name, F&& fn) {
-  OMR_CALL(omr::launch(device, currentStreamId(device), name, std::forward<F>(fn)));
+  if constexpr (std::is_same_v<std::decay_t<F>, omr::HostTask>) {  // a C task: its errors are messages already
+    OMR_CALL(omr::launch(device, currentStreamId(device), name, std::forward<F>(fn)));
+  } else {
+    OMR_CALL(omr::launch(device, currentStreamId(device), name, [fn = std::forward<F>(fn)]() mutable {
+      try {
+        fn();
+      } catch (const c10::Error& e) {
+        rethrowWithoutBacktrace(e);
+      }
+    }));
+  }
 }
 // The same for C callers (the C extension API, the AOTInductor shim): never
 // throws; returns null, or the error message (valid until the thread's next

@@ -38,6 +38,7 @@
 #include "aten/fallback/planner.h"
 #include "runtime/errors.h"
 #include "runtime/graphs.h"
+#include "runtime/stream.h"
 
 namespace openmtia {
 
@@ -84,6 +85,7 @@ void mtiaFallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
     const size_t nargs = op.schema().arguments().size();
     const size_t first = stack->size() - nargs;
     std::vector<c10::IValue> args(stack->begin() + first, stack->end());
+    syncCurrentStream(device);  // an earlier task's error raises here as it is: it is not this kernel's
     try {
       c10::WarningUtils::WarningHandlerGuard guard(&warnings);
       call.run(/*wait=*/true);
@@ -93,7 +95,7 @@ void mtiaFallback(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit
       if (dynamic_cast<const c10::NotImplementedError*>(&e) || !takesIndexValues(op, args)) throw;
       stack->resize(first);  // whatever the kernel left of the call: the arguments again
       stack->insert(stack->end(), args.begin(), args.end());
-      if (!async.deferFailure(std::string("openmtia: ") + e.what_without_backtrace())) throw;
+      if (!async.deferFailure(e.what_without_backtrace())) throw;  // (the message later calls' tasks give)
       return;
     }
     async.learn(warnings.count > 0);

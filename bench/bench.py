@@ -201,6 +201,40 @@ def new_shapes(device):
     return f
 
 
+def table_batched_lookup(device):
+    """FBGEMM's table-batched embedding bag (TorchRec's sharded tables run
+    it): forward and backward with the fused EXACT_ROWWISE_ADAGRAD update,
+    4 tables of 50,000 x 64, batches of 512 with 1-20 ids per bag; every call
+    a batch of a new size (its ids' count), made on the host and copied in as
+    a data loader's would be (issue 42's point 3: no synchronous first call
+    per batch shape)."""
+    from fbgemm_gpu.split_embedding_configs import EmbOptimType
+    from fbgemm_gpu.split_table_batched_embeddings_ops_common import EmbeddingLocation, PoolingMode
+    from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
+        ComputeDevice, SplitTableBatchedEmbeddingBagsCodegen)
+
+    tables, batch = [(50_000, 64)] * 4, 512
+    compute = ComputeDevice.MTIA if device == "mtia" else ComputeDevice.CPU
+    tbe = SplitTableBatchedEmbeddingBagsCodegen(
+        [(rows, dim, EmbeddingLocation.HOST, compute) for rows, dim in tables],
+        optimizer=EmbOptimType.EXACT_ROWWISE_ADAGRAD, learning_rate=0.05, pooling_mode=PoolingMode.SUM,
+        device=device)
+    g = torch.Generator().manual_seed(0)
+    batches = []
+    for _ in range(64):
+        lengths = torch.randint(1, 21, (len(tables) * batch,), generator=g)
+        indices = torch.randint(0, tables[0][0], (int(lengths.sum()),), generator=g)
+        batches.append((indices, torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)])))
+    turn = [0]
+
+    def f():
+        indices, offsets = batches[turn[0] % len(batches)]
+        turn[0] += 1
+        out = tbe(indices.to(device), offsets.to(device))
+        out.sum().backward()
+    return f
+
+
 def first_big_matmul(repeats):
     """The first a @ b of a never-seen 2048x2048 shape (matmul has run at other
     shapes): the fraction of its run time after which the call returns, the
@@ -231,6 +265,7 @@ CASES = [
     ("4-layer MLP train step, AdamW", mlp, "throughput", 3, 0.9),
     ("transformer 4x256, seq 128, batch 8, train step", transformer, "throughput", 1, 0.9),
     ("matmul + gelu, 200 never-seen shapes", new_shapes, "latency", 1, 1.1),
+    ("table-batched lookup fwd+bwd, new batch shapes", table_batched_lookup, "throughput", 3, 1.0),
 ]
 
 

@@ -20,6 +20,7 @@ def test_cpu_and_low_precision_tables_run(tmp_path):
     assert any("layer_norm" in l for l in low)
     assert any("x > y" in l for l in low) and any("mean" in l for l in low)
     assert len(rows) > len(low)  # and the mtia-vs-CPU rows
+    assert any("table-batched lookup" in l for l in rows)
     assert png.stat().st_size > 0
 
 

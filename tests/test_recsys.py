@@ -129,6 +129,67 @@ def test_table_batched_embeddings_with_fused_optimizers_train_like_cpu(optimizer
             torch.testing.assert_close(m.cpu(), c, atol=1e-5, rtol=1e-5)
 
 
+def _batch(tables, batch, g, weighted=False):
+    lengths = torch.randint(0, 4, (len(tables) * batch,), generator=g)
+    indices = torch.cat([torch.randint(0, tables[i // batch][0], (int(n),), generator=g)
+                         for i, n in enumerate(lengths)])
+    offsets = torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)])
+    weights = torch.rand(indices.numel(), generator=g) if weighted else None
+    return indices, offsets, weights
+
+
+@pytest.mark.parametrize("optimizer", ["EXACT_SGD", "EXACT_ROWWISE_ADAGRAD"])
+@pytest.mark.parametrize("weighted,pooling", [(False, "SUM"), (True, "SUM"), (False, "NONE")])
+def test_a_lookup_of_a_new_batch_shape_is_asynchronous_with_no_first_call(optimizer, weighted, pooling):
+    """Point 3's speed: every batch has new shapes (its indices' count), and
+    after the first batch none of them costs a synchronous first call: the
+    bounds check, forward, backward with its fused update (and the per-sample
+    weights' gradient) are planned by their meta functions and queue behind a
+    held stream. The results still equal CPU's, the first batch's and the
+    later ones'."""
+    import openmtia._C_test  # the test-only module (launch_blocking_task)
+    from fbgemm_gpu.split_embedding_configs import EmbOptimType
+    from fbgemm_gpu.split_table_batched_embeddings_ops_common import PoolingMode
+
+    tables = [(40, 8), (25, 8), (60, 8)]  # (unpooled lookups take one dimension)
+    opt, pool = getattr(EmbOptimType, optimizer), getattr(PoolingMode, pooling)
+    cpu, mt = _tbe("cpu", opt, pool, tables), _tbe("mtia", opt, pool, tables)
+    g = torch.Generator().manual_seed(1)
+    for c, m in zip(cpu.split_embedding_weights(), mt.split_embedding_weights()):
+        c.copy_(torch.randn(c.shape, generator=g))
+        m.copy_(c)
+
+    def step(module, indices, offsets, weights):
+        out = module(indices, offsets, per_sample_weights=weights)
+        out.pow(2).sum().backward()
+        return out
+
+    for i, batch in enumerate((4, 6, 3, 9)):
+        indices, offsets, weights = _batch(tables, batch, g, weighted)
+        w_c = weights.clone().requires_grad_() if weighted else None
+        w_m = weights.to("mtia").requires_grad_() if weighted else None
+        out_c = step(cpu, indices, offsets, w_c)
+        indices, offsets = indices.to("mtia"), offsets.to("mtia")  # (a copy from pageable memory waits)
+        before = openmtia._C._plan_cache_stats()
+        if i == 0:  # the first batch learns the plans, synchronously
+            out_m = step(mt, indices, offsets, w_m)
+        else:
+            gate = openmtia._C_test.launch_blocking_task(0, 20.0)
+            try:
+                out_m = step(mt, indices, offsets, w_m)
+                assert not torch.mtia.current_stream().query(), "a call waited for the stream"
+            finally:
+                gate.release()
+            after = openmtia._C._plan_cache_stats()
+            assert after["first_calls"] == before["first_calls"], (batch, before, after)
+            assert after["shape_calls"] > before["shape_calls"]
+        torch.testing.assert_close(out_m.detach().cpu(), out_c.detach(), atol=1e-5, rtol=1e-5)
+        if weighted:
+            torch.testing.assert_close(w_m.grad.cpu(), w_c.grad, atol=1e-5, rtol=1e-5)
+    for c, m in zip(cpu.split_embedding_weights(), mt.split_embedding_weights()):
+        torch.testing.assert_close(m.cpu(), c, atol=1e-5, rtol=1e-5)
+
+
 def test_fused_adam_is_refused_on_mtia_as_on_cpu():
     """FBGEMM runs MTIA's TBE through its CPU op schemas, which have no ADAM:
     its own check refuses it for both (fbgemm-gpu-cpu 1.8.0)."""

@@ -109,6 +109,7 @@ AsyncCall::Result AsyncCall::run() {
   std::vector<std::pair<size_t, at::Tensor>> outs;  // (return slot, host view of a fresh output)
   auto make = [&](const Plan::Out& o, size_t slot) {
     if (o.input >= 0) return flat[o.input];
+    if (o.undefined) return at::Tensor();
     at::Tensor d = at::detail::empty_strided_generic(o.meta.sizes, o.meta.strides, deviceAllocator(),
                                                      c10::DispatchKeySet(c10::DispatchKey::MTIA), o.meta.dtype);
     d._set_conj(o.meta.conj);  // as the CPU kernel gives it (e.g. a conjugate view)
@@ -190,7 +191,7 @@ AsyncCall::Result AsyncCall::run() {
     auto op = op_;
     launchOnCurrentStream(
         device_, schema.name().c_str(),
-        [op, host = std::move(args), outs = std::move(outs), draws = std::move(draws), work, float32,
+        [op, plan, host = std::move(args), outs = std::move(outs), draws = std::move(draws), work, float32,
          scratch = std::move(scratch), keep = heldByTask(scratch_tensors)]() mutable {
           std::vector<c10::IValue>& stack = callStack(host, draws);
           useKernelThreads(work);
@@ -203,7 +204,7 @@ AsyncCall::Result AsyncCall::run() {
             ResultPlacement placement(std::move(slots));  // results allocated in the outputs
             callCpuKernel(op, &stack, float32, work);
           }
-          takeResults(op, stack, outs);
+          takeResults(op, stack, *plan, outs);
           stack.clear();
         });
   }
@@ -290,7 +291,7 @@ void AsyncCall::learn(bool warned) {
 
 std::shared_ptr<const Plan> AsyncCall::newShapePlan(const std::vector<c10::IValue>& args) {
   const bool sampler = inPlaceSampler(op_);
-  if (!cppMetaKernel(op_) && !sampler) return nullptr;  // not structured, not a sampler
+  if (!sampler && !hasMetaKernel(op_)) return nullptr;
   const auto& schema = op_.schema();
   KeyBuilder kb(op_, KeyBuilder::Shapes::kOmitted);
   kb.addState(globalState());
@@ -318,11 +319,11 @@ bool AsyncCall::learnsFamily(const Plan& plan) const {
   } else if (!meta_plan_ || !meta_plan_->async || !plan.async || !samePlan(plan, *meta_plan_)) {
     return false;
   }
-  for (const auto& t : flat_args_)
-    if (t.defined() && t.numel() == 0) return false;
+  // (a tensor argument's emptiness is part of the family key: a kernel may
+  // return before its dtype checks when one is empty)
   for (const auto& r : plan.returns)
     for (const auto& o : r)
-      if (o.input < 0 && c10::multiply_integers(o.meta.sizes) == 0) return false;
+      if (o.input < 0 && !o.undefined && c10::multiply_integers(o.meta.sizes) == 0) return false;
   return true;
 }
 
@@ -332,10 +333,11 @@ std::shared_ptr<Plan> AsyncCall::derived(const c10::IValue* rets, size_t nrets, 
     Plan::Out o;
     for (size_t k = 0; k < flat_args_.size() && o.input < 0; ++k)
       if (r.defined() && r.is_same(flat_args_[k])) o.input = static_cast<int>(k);
-    if (o.input < 0) {
-      if (!r.defined() || r.device().type() != kMTIA || r.layout() != c10::kStrided ||
-          !r.is_non_overlapping_and_dense()) {
-        *why = "a result is undefined, not dense or not on the device";
+    if (!r.defined()) {
+      o.undefined = true;
+    } else if (o.input < 0) {
+      if (r.device().type() != kMTIA || r.layout() != c10::kStrided || !r.is_non_overlapping_and_dense()) {
+        *why = "a result is not dense or not on the device";
         return false;
       }
       for (const auto& t : flat_args_)
@@ -401,14 +403,22 @@ void AsyncCall::checkOutputsKept(const c10::OperatorHandle& op, const std::vecto
   }
 }
 
-void AsyncCall::takeResults(const c10::OperatorHandle& op, const std::vector<c10::IValue>& host,
+void AsyncCall::takeResults(const c10::OperatorHandle& op, const std::vector<c10::IValue>& host, const Plan& plan,
                             std::vector<std::pair<size_t, at::Tensor>>& outs) {
+  auto result = [&](size_t ret, size_t idx) {
+    const c10::IValue& v = host[ret];
+    return v.isTensor() ? v.toTensor() : v.toTensorList().get(idx);
+  };
+  for (size_t i = 0; i < plan.returns.size(); ++i)  // no result where the plan has none
+    for (size_t j = 0; j < plan.returns[i].size(); ++j)
+      TORCH_CHECK(!plan.returns[i][j].undefined || !result(i, j).defined(), "openmtia: ", op.schema().name(),
+                  " returned a tensor (result ", i, ") where its plan has none: the plan of this call is wrong");
   std::vector<std::pair<at::Tensor, at::Tensor*>> copies;
   for (auto& [slot, out] : outs) {
-    size_t ret = slot >> 32, idx = slot & 0xffffffff;
-    const c10::IValue& v = host[ret];
-    at::Tensor r = v.isTensor() ? v.toTensor() : v.toTensorList().get(idx);
+    at::Tensor r = result(slot >> 32, slot & 0xffffffff);
     // The output was shaped from the Meta kernel; never convert silently.
+    TORCH_CHECK(r.defined(), "openmtia: the meta kernel predicted ", out.sizes(), " ", out.dtype(), " but ",
+                op.schema().name(), " returned no tensor");
     TORCH_CHECK(r.sizes().equals(out.sizes()) && r.dtype() == out.dtype(), "openmtia: the meta kernel predicted ",
                 out.sizes(), " ", out.dtype(), " but the kernel returned ", r.sizes(), " ", r.dtype());
     if (out.numel() == 0) continue;

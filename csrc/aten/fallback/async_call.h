@@ -53,24 +53,27 @@ class AsyncCall {
   bool acceptsZeros(std::vector<c10::IValue> stack);
 
   // New shapes of a known family (the call's signature without its sizes and
-  // strides; plan_cache.h) of a structured op: the CPU kernel has run over
-  // these dtypes, devices, ranks, aliasing and number classes without an
-  // error or a warning, and its meta function planned exactly what it did.
-  // A structured kernel's meta function is its argument check (the CPU kernel
-  // runs it first): it raises the call's argument errors (shapes) at the call;
-  // the checks of the impl (dtypes it has no kernel for) passed for this
-  // family. So the call is planned by the meta function, without running the
-  // op at the call: a loop over never-seen shapes (variable-length batches,
-  // generation) pays the op once, asynchronously. nullptr: a first call runs
-  // (not structured, a new family, or the meta function rejects or warns:
-  // then the CPU kernel gives the error or warning, at the call). An in-place
-  // sampler's family holds its plan (self is its result, at any shape), which
-  // serves its new shapes without a meta run.
+  // strides; plan_cache.h) of an op with a Meta kernel (op_traits.h): the CPU
+  // kernel has run over these dtypes, devices, ranks, empty tensors, aliasing
+  // and number classes without an error or a warning, and the Meta kernel
+  // planned exactly what it did. A Meta kernel checks the arguments' shapes
+  // (a structured op's meta function is the argument check its CPU kernel runs
+  // first): it raises the call's shape errors at the call; the kernel's other
+  // checks (dtypes it has no kernel for) passed for this family. So the call
+  // is planned by the Meta kernel, without running the op at the call: a loop
+  // over never-seen shapes (variable-length batches, generation, a
+  // table-batched lookup's indices) pays the op once, asynchronously, and a
+  // check the Meta kernel lacks raises from the task, at the next sync, as a
+  // device error. nullptr: a first call runs (no Meta kernel, a new family, or
+  // the Meta kernel rejects or warns: then the CPU kernel gives the error or
+  // warning, at the call). An in-place sampler's family holds its plan (self
+  // is its result, at any shape), which serves its new shapes without a meta
+  // run.
   std::shared_ptr<const Plan> newShapePlan(const std::vector<c10::IValue>& args);
 
-  // Whether a structured op's first call, which made `plan`, makes its family
-  // known: the meta function planned the same, and no tensor (argument or
-  // result) was empty (a kernel may return before its dtype checks then).
+  // Whether an op's first call, which made `plan`, makes its family known: the
+  // Meta kernel planned the same, and no fresh result was empty (a kernel may
+  // return before its dtype checks then; empty arguments are in the key).
   // (An in-place sampler's: its result was self, and nothing was resized.)
   bool learnsFamily(const Plan& plan) const;
 
@@ -78,7 +81,7 @@ class AsyncCall {
   // (which had the metadata before_), returning `rets`: results that are
   // inputs (in-place, out=), new dense results (their metadata), inputs it
   // resized. nullptr (and *why) if a result is none of those (a view of an
-  // input, not dense, undefined, not a tensor).
+  // input, not dense, not a tensor).
   std::shared_ptr<Plan> derived(const c10::IValue* rets, size_t nrets, std::string* why);
 
   static std::vector<at::Tensor> flatTensors(const std::vector<c10::IValue>& args);
@@ -99,7 +102,8 @@ class AsyncCall {
   // index), checked against the outputs. A result the kernel allocated in its
   // output's memory (ResultPlacement) is already there; any other is copied
   // ("staged"), after taking out those that landed in another output's memory.
-  static void takeResults(const c10::OperatorHandle& op, const std::vector<c10::IValue>& host,
+  // Results the plan has as undefined must be.
+  static void takeResults(const c10::OperatorHandle& op, const std::vector<c10::IValue>& host, const Plan& plan,
                           std::vector<std::pair<size_t, at::Tensor>>& outs);
 
   // During a graph capture: the op's CPU kernel prebuilt over the host
@@ -122,8 +126,8 @@ class AsyncCall {
   std::unordered_map<c10::StorageImpl*, c10::Storage> host_storages_;
   // a new plan under verification
   std::string key_;
-  std::string family_key_;                  // a structured op's (newShapePlan)
-  std::shared_ptr<const Plan> meta_plan_;   // a structured op's first call: its meta function's plan
+  std::string family_key_;                  // an op with a Meta kernel's (newShapePlan)
+  std::shared_ptr<const Plan> meta_plan_;   // its first call: the Meta kernel's plan
   std::vector<at::Tensor> flat_args_;
   std::vector<Plan::Meta> before_;
   // a first call that failed on device data (deferFailure)

@@ -5,6 +5,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "aten/fallback/meta_functions.h"
 #include "aten/fallback/op_traits.h"
 #include "aten/meta_kernels.h"
 #include "aten/per_op.h"
@@ -184,6 +185,13 @@ std::optional<c10::OperatorHandle> outOverload(const c10::OperatorHandle& op) {
 const c10::KernelFunction* cppMetaKernel(const c10::OperatorHandle& op) {
   return perOp(&op.schema(),
                [&] { return structuredMetaKernel(op.schema().name() + "." + op.schema().overload_name()); });
+}
+
+bool hasMetaKernel(const c10::OperatorHandle& op) {
+  return perOp(&op.schema(), [&] {
+    return cppMetaKernel(op) || metaFunction(op) ||
+           (op.hasComputedKernelForDispatchKey(c10::DispatchKey::Meta) && !hasPythonMetaKernel(op));
+  });
 }
 
 // An in-place sampler (normal_, uniform_, random_, bernoulli_.float, ...):

@@ -116,6 +116,14 @@ std::optional<c10::OperatorHandle> outOverload(const c10::OperatorHandle& op);
 // A structured op's C++ meta function (meta_kernels.h), or nullptr.
 const c10::KernelFunction* cppMetaKernel(const c10::OperatorHandle& op);
 
+// Whether a new shape's plan can come from a Meta kernel in C++: a
+// structured op's meta function, openmtia's meta function for the op
+// (meta_functions.h), or a C++ Meta kernel registered with the dispatcher.
+// Not a Python one (torch._meta_registrations, torch.library): planning a
+// shape must not take the GIL, nor import torch._dynamo as their first call
+// does.
+bool hasMetaKernel(const c10::OperatorHandle& op);
+
 // An in-place sampler (normal_, uniform_, random_, bernoulli_.float, ...):
 // its one tensor is self, which it fills with draws from its Generator. Its
 // checks are of its numbers (std >= 0, from < to, to within self's dtype)

@@ -143,6 +143,7 @@ bool KeyBuilder::tensor(const at::Tensor& t) {
                (static_cast<int64_t>(t.layout()) << 10) |
                (static_cast<int64_t>(t.unsafeGetTensorImpl()->is_wrapped_number()) << 16));
   put('r', t.dim());
+  if (!shapes_) put('e', t.numel() == 0);  // a family's calls are all empty there, or none is
   for (int64_t d = 0; shapes_ && d < t.dim(); ++d) {
     put('z', t.size(d));
     put('x', t.stride(d));

@@ -29,6 +29,7 @@ struct Plan {
   };
   struct Out {
     int input = -1;  // index into the flat list of tensor arguments, or -1: fresh
+    bool undefined = false;  // an undefined tensor (e.g. a fused optimizer's backward returns no gradient)
     Meta meta;
   };
   std::vector<std::vector<Out>> returns;  // per return: one, or the list's elements
@@ -57,9 +58,9 @@ bool sameMeta(const at::Tensor& t, const Plan::Meta& m);  // sizes, strides, off
 // shape (arange, range, float lists).
 //
 // With `Shapes::kOmitted`, the key of the call's family: the signature
-// without the tensors' sizes and strides (their ranks stay). The calls of a
-// family differ only in shapes (see fallback.cpp's AsyncCall: a structured
-// op's new shape in a known family is planned by its meta function).
+// without the tensors' sizes and strides (their ranks stay, and whether each
+// is empty). The calls of a family differ only in shapes (see async_call.h:
+// a new shape in a known family is planned by the op's Meta kernel).
 class KeyBuilder {
  public:
   enum class Shapes { kKept, kOmitted };

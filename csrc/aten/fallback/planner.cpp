@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "aten/fallback/fallback.h"
+#include "aten/fallback/meta_functions.h"
 #include "aten/fallback/op_traits.h"
 #include "aten/fallback/planner.h"
 #include "aten/per_op.h"
@@ -33,7 +34,8 @@ bool samePlan(const Plan& a, const Plan& b) {
     if (a.returns[i].size() != b.returns[i].size()) return false;
     for (size_t j = 0; j < a.returns[i].size(); ++j) {
       const auto &x = a.returns[i][j], &y = b.returns[i][j];
-      if (x.input != y.input || (x.input < 0 && !same(x.meta, y.meta))) return false;
+      if (x.input != y.input || x.undefined != y.undefined) return false;
+      if (x.input < 0 && !x.undefined && !same(x.meta, y.meta)) return false;
     }
   }
   for (size_t k = 0; k < a.resized.size(); ++k)
@@ -66,7 +68,7 @@ void finishPlan(Plan& plan, const c10::OperatorHandle& op) {
   bool bits = false;
   for (size_t i = 0; i < plan.returns.size(); ++i)
     for (const auto& o : plan.returns[i]) {
-      plan.fresh = plan.fresh && o.input < 0 && !plan.is_list[i];
+      plan.fresh = plan.fresh && o.input < 0 && !o.undefined && !plan.is_list[i];
       bits = bits || o.meta.conj || o.meta.neg;
     }
   plan.out_op.reset();
@@ -134,6 +136,8 @@ class Planner {
       c10::WarningUtils::WarningHandlerGuard guard(&warnings);
       if (const c10::KernelFunction* cpp = cppMetaKernel(op_)) {
         cpp->callBoxed(op_, c10::DispatchKeySet(c10::DispatchKey::Meta), &meta);
+      } else if (MetaFunction fn = metaFunction(op_)) {
+        fn(op_, &meta);  // openmtia's, for an op without a C++ Meta kernel
       } else {
         auto run = [&] { op_.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta); };
         if (hasPythonMetaKernel(op_)) warnings.count += withPythonWarningsRecorded(run);
@@ -166,7 +170,11 @@ class Planner {
 
   bool output(const at::Tensor& m, std::vector<Plan::Out>& outs) {
     Plan::Out o;
-    if (!m.defined()) return false;
+    if (!m.defined()) {  // no result (it stays undefined at every call of the plan)
+      o.undefined = true;
+      outs.push_back(o);
+      return true;
+    }
     auto it = meta_index_.find(m.unsafeGetTensorImpl());
     if (it != meta_index_.end()) {  // an input returned (in-place, out=)
       o.input = it->second;

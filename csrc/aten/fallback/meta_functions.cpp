@@ -1,0 +1,38 @@
+// Meta functions for ops without a Meta kernel (see meta_functions.h).
+#include "aten/fallback/meta_functions.h"
+
+#include <mutex>
+#include <unordered_map>
+
+namespace openmtia {
+namespace fallback {
+
+namespace {
+struct Registry {
+  std::mutex mu;
+  std::unordered_map<std::string, MetaFunction> fns;
+};
+Registry& registry() {
+  static Registry r;
+  return r;
+}
+}  // namespace
+
+void registerMetaFunction(const std::string& name, MetaFunction fn) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.fns[name] = fn;
+}
+
+MetaFunction metaFunction(const c10::OperatorHandle& op) {
+  const auto& schema = op.schema();
+  std::string name = schema.name();
+  if (!schema.overload_name().empty()) name += "." + schema.overload_name();
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto it = r.fns.find(name);
+  return it == r.fns.end() ? nullptr : it->second;
+}
+
+}  // namespace fallback
+}  // namespace openmtia

@@ -32,7 +32,34 @@ def transport(store, rank, world_size, timeout):
     return dist.ProcessGroupGloo(store, rank, world_size, timeout)
 
 
+def _sharded_tensors_know_their_mtia_device():
+    """torch 2.13's ShardedTensor.device, on a rank that holds none of the
+    tensor's shards, is ``torch.cuda.current_device()`` for every group but
+    Gloo's (torch/distributed/_shard/sharded_tensor/_ops/tensor_ops.py): on
+    mtia ranks it raised "Torch not compiled with CUDA enabled" (e.g.
+    torch.distributed.checkpoint loading a TorchRec model whose table lives
+    on the other rank). On a group with the openmtia backend it is the
+    rank's current mtia device; other groups keep torch's answer."""
+    from torch.distributed._shard.sharded_tensor import api
+
+    getter = torch.Tensor.device.__get__
+    torch_device = api._SHARDED_OPS.get(getter)
+    if torch_device is None or getattr(torch_device, "_openmtia", False):
+        return
+
+    def device(types, args=(), kwargs=None, pg=None):
+        st = args[0] if args else None
+        if (isinstance(st, api.ShardedTensor) and not st._local_shards and pg is not None
+                and NAME in str(dist.get_backend(pg))):
+            return torch.device("mtia", torch.mtia.current_device())
+        return torch_device(types, args, kwargs, pg)
+
+    device._openmtia = True
+    api._SHARDED_OPS[getter] = device
+
+
 def _create_backend(store, rank, world_size, timeout):
+    _sharded_tensors_know_their_mtia_device()
     data = transport(dist.PrefixStore("data/", store), rank, world_size, timeout)
     check = None
     if os.environ.get("OPENMTIA_C10D_CHECK", "1") != "0":

@@ -7,6 +7,9 @@ require them.
 import importlib.metadata
 import os
 import re
+import socket
+import sys
+import time
 
 import pytest
 import torch
@@ -199,3 +202,181 @@ def test_fused_adam_is_refused_on_mtia_as_on_cpu():
     for device in ("cpu", "mtia"):
         with pytest.raises(AssertionError, match="Optimizer adam is not supported in CPU mode"):
             _tbe(device, EmbOptimType.ADAM, PoolingMode.SUM, [(10, 4)])
+
+
+# ---------------------------------------------------------------- point 4: sharded training
+sys.path.insert(0, os.path.dirname(__file__))
+import recsys_workers  # noqa: E402
+
+
+def spawn(fn, *args, world=2, timeout=300):
+    import torch.multiprocessing as mp
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ctx = mp.spawn(fn, args=(world, port, *args), nprocs=world, join=False)
+    deadline = time.monotonic() + timeout
+    while not ctx.join(timeout=max(0.1, deadline - time.monotonic())):
+        if time.monotonic() > deadline:
+            for p in ctx.processes:
+                p.kill()
+            pytest.fail(f"{fn.__name__} did not finish within {timeout} s")
+
+
+SHARDING_TYPES = ["table_wise", "row_wise", "column_wise", "table_row_wise", "table_column_wise", "grid_shard"]
+
+
+def test_the_planner_offers_these_sharding_types_for_mtia():
+    """TorchRec's EmbeddingBagCollectionSharder offers mtia every sharding type
+    but data_parallel (its choice: torchrec 1.8.0 lists data_parallel for cpu
+    and cuda only), each with the fused kernel: the sharded-training test
+    covers each it offers."""
+    from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
+    sharder = EmbeddingBagCollectionSharder()
+    assert sorted(sharder.sharding_types("mtia")) == sorted(SHARDING_TYPES)
+    for st in SHARDING_TYPES:
+        assert sharder.compute_kernels(st, "mtia") == ["fused"], st
+
+
+def test_sharded_training_on_two_ranks_equals_unsharded_cpu(tmp_path):
+    """DistributedModelParallel on 2 mtia ranks, for each sharding type the
+    planner offers: every table sharded that way by TorchRec's planner
+    (Topology(compute_device="mtia")) with a fused EXACT_ADAGRAD. After 4
+    steps the summed losses and every table (gathered whole) equal the same
+    tables trained unsharded on CPU with torch's Adagrad over the global
+    batch, from the same initial weights (recsys_workers.py); saved with
+    torch.distributed.checkpoint, the model loads into a fresh one equal.
+    (One process group for all: the ranks' start-up is most of a run's
+    time.)"""
+    spawn(recsys_workers.sharded, SHARDING_TYPES, str(tmp_path), timeout=400)
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == sorted(SHARDING_TYPES)  # rank 0 compared each
+
+
+def test_the_sparse_dist_pipeline_overlaps_input_distribution_with_compute(tmp_path):
+    """TrainPipelineSparseDist on 2 mtia ranks: the next batch's input
+    distribution runs on the pipeline's side streams while the default
+    stream's compute is held, and the training equals unsharded CPU's
+    (recsys_workers.pipelined)."""
+    spawn(recsys_workers.pipelined, str(tmp_path))
+    assert (tmp_path / "pipelined").exists()
+
+
+def _outcomes(tmp_path, ranks):
+    out = {}
+    for r in ranks:
+        elapsed, usable, outcome = (tmp_path / f"rank{r}").read_text().splitlines()
+        out[r] = (float(elapsed), usable == "True", outcome)
+    return out
+
+
+def test_plans_that_differ_between_ranks_raise_on_every_rank_without_a_hang(tmp_path):
+    spawn(recsys_workers.mismatched_plans, str(tmp_path), timeout=120)
+    for rank, (elapsed, usable, outcome) in _outcomes(tmp_path, (0, 1)).items():
+        assert re.search(r"(DistBackendError|RuntimeError): .*collective mismatch at call \d+ of this process group: "
+                         r"rank \d called \w+", outcome), (rank, outcome)
+        assert elapsed < 15, (rank, elapsed, outcome)  # the group's timeout is 10 s
+        assert usable, rank
+
+
+def test_a_rank_that_dies_makes_the_other_raise_within_the_timeout(tmp_path):
+    spawn(recsys_workers.dead_rank, str(tmp_path), timeout=120)
+    elapsed, usable, outcome = _outcomes(tmp_path, (0,))[0]
+    assert re.match(r"(RuntimeError: openmtia: asynchronous task 'c10d[_:]\w+' failed on mtia:0 stream \d+: "
+                    r"|DistBackendError: ).*(Connection closed by peer|Connection reset by peer|Timed out)",
+                    outcome), outcome
+    assert elapsed < 15, (elapsed, outcome)
+    assert usable
+
+
+from test_distributed_netns import two_hosts  # noqa: E402,F401  (the fixture: two network namespaces)
+
+
+def test_sharded_training_across_two_network_namespaces(two_hosts, tmp_path):
+    """The row-wise sharded training of the one-host test, one rank in each of
+    two network namespaces (two hosts: Gloo over a veth pair), equal to
+    unsharded CPU's."""
+    import subprocess
+    master, port = two_hosts[0][2], 29614
+    here = os.path.dirname(os.path.abspath(__file__))
+    procs = []
+    for rank, (ns, dev, addr) in enumerate(two_hosts):
+        env = dict(os.environ, GLOO_SOCKET_IFNAME=dev, PYTHONPATH=here + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        code = (f"import recsys_workers; recsys_workers.sharded({rank}, 2, {port}, ['row_wise'], {str(tmp_path)!r}, "
+                f"addr={master!r}); print('rank {rank} ok')")
+        procs.append(subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, "-c", code], env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    deadline = time.monotonic() + 300
+    outputs = []
+    for p in procs:
+        try:
+            out, _ = p.communicate(timeout=max(1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            pytest.fail("the two-host sharded run did not finish within 300 s")
+        outputs.append(out)
+    for rank, (p, out) in enumerate(zip(procs, outputs)):
+        assert p.returncode == 0 and f"rank {rank} ok" in out, f"rank {rank}:\n{out[-4000:]}"
+    assert (tmp_path / "row_wise").exists()  # rank 0 compared
+
+
+# ---------------------------------------------------------------- point 8: bad input
+def _ebc(device):
+    from torchrec.modules.embedding_configs import EmbeddingBagConfig
+    from torchrec.modules.embedding_modules import EmbeddingBagCollection
+    torch.manual_seed(0)
+    return EmbeddingBagCollection(tables=[
+        EmbeddingBagConfig(name="t0", embedding_dim=4, num_embeddings=10, feature_names=["f0"]),
+        EmbeddingBagConfig(name="t1", embedding_dim=4, num_embeddings=5, feature_names=["f1"])],
+        device=torch.device(device))
+
+
+def _kjt(values, lengths):
+    from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+    return KeyedJaggedTensor(keys=["f0", "f1"], values=torch.tensor(values), lengths=torch.tensor(lengths))
+
+
+def _still_works(cpu, mt):
+    kjt = _kjt([1, 2, 3, 4], [2, 1, 1, 0])
+    torch.testing.assert_close(mt(kjt.to("mtia")).values().cpu(), cpu(kjt).values())
+
+
+def test_an_id_out_of_a_tables_range_raises_as_on_cpu_at_the_next_sync():
+    cpu, mt = _ebc("cpu"), _ebc("mtia")
+    mt.load_state_dict(cpu.state_dict())
+    _still_works(cpu, mt)  # (the lookups' signatures are known: none waits for the stream below)
+    bad = lambda: _kjt([1, 2, 12, 3], [2, 1, 1, 0])  # 12: table t0 has 10 rows (a KJT each: it caches)
+    with pytest.raises(RuntimeError, match="Expected i < index_size"):
+        cpu(bad())
+    out = mt(bad().to("mtia"))  # the ids live on the device: as CUDA's device-side assert, not known at the call
+    with pytest.raises(RuntimeError, match=r"^openmtia: asynchronous task 'aten::_embedding_bag\w*' failed on mtia:0 "
+                                           r"stream \d+: Index 2 of input takes value 12 which is not in the valid "
+                                           r"range \[0, 10\)$") as info:  # (once, and no C++ backtrace)
+        torch.mtia.synchronize()
+    del out
+    _still_works(cpu, mt)
+
+
+def test_lengths_that_do_not_sum_to_the_values_count_raise_at_the_call_as_on_cpu():
+    cpu, mt = _ebc("cpu"), _ebc("mtia")
+    mt.load_state_dict(cpu.state_dict())
+    bad = lambda: _kjt([1, 2, 3, 3], [2, 1, 3, 0])  # 6 ids by the lengths, 4 values
+    message = r"split_with_sizes expects split_sizes to sum exactly to 4 .* but got split_sizes=\[3, 3\]"
+    with pytest.raises(RuntimeError, match=message):
+        cpu(bad())
+    with pytest.raises(RuntimeError, match=message):
+        mt(bad().to("mtia"))
+    _still_works(cpu, mt)
+
+
+def test_a_kjt_on_the_wrong_device_raises_at_the_call_as_on_cuda():
+    cpu, mt = _ebc("cpu"), _ebc("mtia")
+    mt.load_state_dict(cpu.state_dict())
+    kjt = lambda: _kjt([1, 2, 3, 3], [2, 1, 1, 0])
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device, but found at least two "
+                                           "devices, (mtia:0 and cpu|cpu and mtia:0)"):
+        mt(kjt())
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device, but found at least two "
+                                           "devices, (mtia:0 and cpu|cpu and mtia:0)"):
+        cpu(kjt().to("mtia"))
+    _still_works(cpu, mt)

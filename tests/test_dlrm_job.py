@@ -1,0 +1,41 @@
+"""The second main job (examples/dlrm.py): TorchRec's DLRM trained on mtia,
+as scripts/example.sh runs it (with its CPU twin) and under torchrun on 2
+ranks."""
+import os
+import re
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DLRM = os.path.join(ROOT, "examples", "dlrm.py")
+
+
+def run(cmd, tmp_path):
+    out = subprocess.run(cmd + ["--png", str(tmp_path / "dlrm.png")], capture_output=True, text=True, timeout=900,
+                         cwd=str(tmp_path))
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert out.stdout.strip().endswith("OK"), out.stdout[-3000:]
+    assert (tmp_path / "dlrm.png").stat().st_size > 0
+    return out.stdout
+
+
+def auc_of(text, device):
+    return float(re.search(rf"^  {device}: samples/s [\d,]+ .* held-out AUC (\d\.\d+)", text, re.M).group(1))
+
+
+def test_the_job_with_its_cpu_twin(tmp_path):
+    text = run([sys.executable, DLRM, "--check"], tmp_path)
+    assert "device mtia:0; 1 rank(s), backend openmtia" in text
+    assert re.search(r"tables sharded over 1 rank\(s\) by TorchRec's planner: \w+", text), text
+    assert "loaded into a fresh sharded model: predictions equal" in text
+    mtia = auc_of(text, "mtia")
+    twin = float(re.search(r"^  cpu twin: samples/s [\d,]+  held-out AUC (\d\.\d+)", text, re.M).group(1))
+    assert mtia > 0.7 and abs(mtia - twin) <= 1e-3, text  # a model that learned nothing: 0.5
+
+
+def test_the_job_on_two_ranks_under_torchrun(tmp_path):
+    torchrun = os.path.join(os.path.dirname(sys.executable), "torchrun")
+    text = run([torchrun, "--standalone", "--nproc-per-node", "2", DLRM], tmp_path)
+    assert "2 rank(s), backend openmtia" in text
+    assert "loaded into a fresh sharded model: predictions equal" in text
+    assert auc_of(text, "mtia") > 0.7, text

@@ -53,13 +53,21 @@ def test_ddp_across_two_network_namespaces(two_hosts):
         routes = ip("-n", ns, "route", "show").stdout.strip().splitlines()
         assert routes and all(r.startswith(f"{SUBNET}.0/24 dev {dev}") for r in routes), routes
     master = two_hosts[0][2]
+    run_in_namespaces(two_hosts, lambda rank: f"import dist_workers; dist_workers.ddp({rank}, 2, {PORT}, 'plain', "
+                                              f"addr={master!r})", "the two-host DDP run")
+
+
+def run_in_namespaces(two_hosts, code_of_rank, what, timeout=180):
+    """Runs code_of_rank(rank) (Python, with tests/ on its path) as that rank
+    inside its namespace, Gloo bound to the namespace's end of the pair;
+    fails unless every rank exits 0 having finished it."""
     procs = []
     for rank, (ns, dev, addr) in enumerate(two_hosts):
         env = dict(os.environ, GLOO_SOCKET_IFNAME=dev, PYTHONPATH=HERE + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        code = f"import dist_workers; dist_workers.ddp({rank}, 2, {PORT}, 'plain', addr={master!r}); print('rank {rank} ok')"
+        code = f"{code_of_rank(rank)}; print('rank {rank} ok')"
         procs.append(subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, "-c", code], env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-    deadline = time.monotonic() + 180
+    deadline = time.monotonic() + timeout
     outputs = []
     for p in procs:
         try:
@@ -67,7 +75,7 @@ def test_ddp_across_two_network_namespaces(two_hosts):
         except subprocess.TimeoutExpired:
             for q in procs:
                 q.kill()
-            pytest.fail("the two-host DDP run did not finish within 180 s")
+            pytest.fail(f"{what} did not finish within {timeout} s")
         outputs.append(out)
     for rank, (p, out) in enumerate(zip(procs, outputs)):
         assert p.returncode == 0 and f"rank {rank} ok" in out, f"rank {rank}:\n{out[-4000:]}"

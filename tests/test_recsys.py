@@ -7,9 +7,7 @@ require them.
 import importlib.metadata
 import os
 import re
-import socket
 import sys
-import time
 
 import pytest
 import torch
@@ -97,6 +95,25 @@ def _tbe(device, optimizer, pooling, tables):
         optimizer=optimizer, learning_rate=0.05, eps=1e-4, pooling_mode=pooling, device=device)
 
 
+def _tbe_pair(optimizer, pooling, tables, seed):
+    """The same TBE on CPU and on mtia, with the same random tables; and the generator for the batches."""
+    cpu, mt = _tbe("cpu", optimizer, pooling, tables), _tbe("mtia", optimizer, pooling, tables)
+    g = torch.Generator().manual_seed(seed)
+    for c, m in zip(cpu.split_embedding_weights(), mt.split_embedding_weights()):
+        c.copy_(torch.randn(c.shape, generator=g))
+        m.copy_(c)
+    return cpu, mt, g
+
+
+def _batch(tables, batch, g, weighted=False):
+    lengths = torch.randint(0, 4, (len(tables) * batch,), generator=g)
+    indices = torch.cat([torch.randint(0, tables[i // batch][0], (int(n),), generator=g)
+                         for i, n in enumerate(lengths)])
+    offsets = torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)])
+    weights = torch.rand(indices.numel(), generator=g) if weighted else None
+    return indices, offsets, weights
+
+
 @pytest.mark.parametrize("optimizer", ["EXACT_SGD", "EXACT_ADAGRAD", "EXACT_ROWWISE_ADAGRAD"])
 @pytest.mark.parametrize("pooling", ["SUM", "MEAN"])
 def test_table_batched_embeddings_with_fused_optimizers_train_like_cpu(optimizer, pooling):
@@ -107,17 +124,9 @@ def test_table_batched_embeddings_with_fused_optimizers_train_like_cpu(optimizer
     from fbgemm_gpu.split_table_batched_embeddings_ops_common import PoolingMode
 
     tables = [(40, 8), (25, 4), (60, 8)]
-    opt, pool = getattr(EmbOptimType, optimizer), getattr(PoolingMode, pooling)
-    cpu, mt = _tbe("cpu", opt, pool, tables), _tbe("mtia", opt, pool, tables)
-    g = torch.Generator().manual_seed(0)
-    for c, m in zip(cpu.split_embedding_weights(), mt.split_embedding_weights()):
-        c.copy_(torch.randn(c.shape, generator=g))
-        m.copy_(c)
+    cpu, mt, g = _tbe_pair(getattr(EmbOptimType, optimizer), getattr(PoolingMode, pooling), tables, seed=0)
     for batch in (4, 7, 4, 2):  # new shapes and a repeated one
-        lengths = torch.randint(0, 4, (len(tables) * batch,), generator=g)
-        indices = torch.cat([torch.randint(0, tables[i // batch][0], (int(n),), generator=g)
-                             for i, n in enumerate(lengths)])
-        offsets = torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)])
+        indices, offsets, _ = _batch(tables, batch, g)
         target = torch.randn(batch, sum(d for _, d in tables), generator=g)
         out_c = cpu(indices, offsets)
         out_m = mt(indices.to("mtia"), offsets.to("mtia"))
@@ -130,15 +139,6 @@ def test_table_batched_embeddings_with_fused_optimizers_train_like_cpu(optimizer
     for c_states, m_states in zip(cpu.split_optimizer_states(), mt.split_optimizer_states()):
         for c, m in zip(c_states, m_states):
             torch.testing.assert_close(m.cpu(), c, atol=1e-5, rtol=1e-5)
-
-
-def _batch(tables, batch, g, weighted=False):
-    lengths = torch.randint(0, 4, (len(tables) * batch,), generator=g)
-    indices = torch.cat([torch.randint(0, tables[i // batch][0], (int(n),), generator=g)
-                         for i, n in enumerate(lengths)])
-    offsets = torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)])
-    weights = torch.rand(indices.numel(), generator=g) if weighted else None
-    return indices, offsets, weights
 
 
 @pytest.mark.parametrize("optimizer", ["EXACT_SGD", "EXACT_ROWWISE_ADAGRAD"])
@@ -155,12 +155,7 @@ def test_a_lookup_of_a_new_batch_shape_is_asynchronous_with_no_first_call(optimi
     from fbgemm_gpu.split_table_batched_embeddings_ops_common import PoolingMode
 
     tables = [(40, 8), (25, 8), (60, 8)]  # (unpooled lookups take one dimension)
-    opt, pool = getattr(EmbOptimType, optimizer), getattr(PoolingMode, pooling)
-    cpu, mt = _tbe("cpu", opt, pool, tables), _tbe("mtia", opt, pool, tables)
-    g = torch.Generator().manual_seed(1)
-    for c, m in zip(cpu.split_embedding_weights(), mt.split_embedding_weights()):
-        c.copy_(torch.randn(c.shape, generator=g))
-        m.copy_(c)
+    cpu, mt, g = _tbe_pair(getattr(EmbOptimType, optimizer), getattr(PoolingMode, pooling), tables, seed=1)
 
     def step(module, indices, offsets, weights):
         out = module(indices, offsets, per_sample_weights=weights)
@@ -193,6 +188,52 @@ def test_a_lookup_of_a_new_batch_shape_is_asynchronous_with_no_first_call(optimi
         torch.testing.assert_close(m.cpu(), c, atol=1e-5, rtol=1e-5)
 
 
+def test_a_row_wise_input_distributions_kjt_ops_of_new_batch_shapes_are_asynchronous():
+    """Point 3's speed for the KJT ops of a row-wise input distribution, on
+    every batch: block_bucketize_sparse_features (optional results: a plan
+    holds a None) and permute_2D_sparse_data (its values' count given as a
+    SymInt, which a family omits as it omits tensors' sizes) are planned by
+    their meta functions after the first batch: no first call, queued behind
+    a held stream; equal to CPU's."""
+    import fbgemm_gpu  # noqa: F401  (registers torch.ops.fbgemm)
+    import openmtia._C_test
+
+    fb = torch.ops.fbgemm
+    g = torch.Generator().manual_seed(3)
+    for i, batch in enumerate((3, 5, 4, 7)):
+        lengths = torch.randint(0, 4, (2, batch), generator=g, dtype=torch.int32)
+        total = int(lengths.sum())
+        values, weights = torch.randint(0, 8, (total,), generator=g), torch.rand(total, generator=g)
+        permute, blocks = torch.tensor([1, 0], dtype=torch.int32), torch.tensor([4, 4])
+        expected = (fb.permute_2D_sparse_data(permute, lengths, values, weights, total),
+                    fb.block_bucketize_sparse_features(lengths.flatten(), values, True, True, blocks, 2, weights))
+        args = [t.to("mtia") for t in (permute, lengths, values, weights, blocks)]
+        torch.mtia.synchronize()
+        before = openmtia._C._plan_cache_stats()
+
+        def run(permute, lengths, values, weights, blocks):
+            return (fb.permute_2D_sparse_data(permute, lengths, values, weights, total),
+                    fb.block_bucketize_sparse_features(lengths.flatten(), values, True, True, blocks, 2, weights))
+
+        if i == 0:  # the first batch learns the plans, synchronously
+            got = run(*args)
+        else:
+            gate = openmtia._C_test.launch_blocking_task(0, 20.0)
+            try:
+                got = run(*args)
+                assert not torch.mtia.current_stream().query(), "a call waited for the stream"
+            finally:
+                gate.release()
+            assert openmtia._C._plan_cache_stats()["first_calls"] == before["first_calls"], batch
+        e_flat, e_spec = tree_flatten(expected)
+        g_flat, g_spec = tree_flatten(got)
+        assert g_spec == e_spec
+        for e, m in zip(e_flat, g_flat):
+            assert (e is None) == (m is None)
+            if e is not None:
+                torch.testing.assert_close(m.cpu(), e)
+
+
 def test_fused_adam_is_refused_on_mtia_as_on_cpu():
     """FBGEMM runs MTIA's TBE through its CPU op schemas, which have no ADAM:
     its own check refuses it for both (fbgemm-gpu-cpu 1.8.0)."""
@@ -209,18 +250,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 import recsys_workers  # noqa: E402
 
 
-def spawn(fn, *args, world=2, timeout=300):
-    import torch.multiprocessing as mp
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    ctx = mp.spawn(fn, args=(world, port, *args), nprocs=world, join=False)
-    deadline = time.monotonic() + timeout
-    while not ctx.join(timeout=max(0.1, deadline - time.monotonic())):
-        if time.monotonic() > deadline:
-            for p in ctx.processes:
-                p.kill()
-            pytest.fail(f"{fn.__name__} did not finish within {timeout} s")
+from test_distributed import spawn  # noqa: E402  (the ranks as processes, over loopback)
 
 
 SHARDING_TYPES = ["table_wise", "row_wise", "column_wise", "table_row_wise", "table_column_wise", "grid_shard"]
@@ -288,35 +318,17 @@ def test_a_rank_that_dies_makes_the_other_raise_within_the_timeout(tmp_path):
     assert usable
 
 
-from test_distributed_netns import two_hosts  # noqa: E402,F401  (the fixture: two network namespaces)
+from test_distributed_netns import run_in_namespaces, two_hosts  # noqa: E402,F401  (two network namespaces)
 
 
 def test_sharded_training_across_two_network_namespaces(two_hosts, tmp_path):
     """The row-wise sharded training of the one-host test, one rank in each of
     two network namespaces (two hosts: Gloo over a veth pair), equal to
     unsharded CPU's."""
-    import subprocess
     master, port = two_hosts[0][2], 29614
-    here = os.path.dirname(os.path.abspath(__file__))
-    procs = []
-    for rank, (ns, dev, addr) in enumerate(two_hosts):
-        env = dict(os.environ, GLOO_SOCKET_IFNAME=dev, PYTHONPATH=here + os.pathsep + os.environ.get("PYTHONPATH", ""))
-        code = (f"import recsys_workers; recsys_workers.sharded({rank}, 2, {port}, ['row_wise'], {str(tmp_path)!r}, "
-                f"addr={master!r}); print('rank {rank} ok')")
-        procs.append(subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, "-c", code], env=env,
-                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
-    deadline = time.monotonic() + 300
-    outputs = []
-    for p in procs:
-        try:
-            out, _ = p.communicate(timeout=max(1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            pytest.fail("the two-host sharded run did not finish within 300 s")
-        outputs.append(out)
-    for rank, (p, out) in enumerate(zip(procs, outputs)):
-        assert p.returncode == 0 and f"rank {rank} ok" in out, f"rank {rank}:\n{out[-4000:]}"
+    run_in_namespaces(two_hosts, lambda rank: f"import recsys_workers; recsys_workers.sharded({rank}, 2, {port}, "
+                                              f"['row_wise'], {str(tmp_path)!r}, addr={master!r})",
+                      "the two-host sharded run", timeout=300)
     assert (tmp_path / "row_wise").exists()  # rank 0 compared
 
 

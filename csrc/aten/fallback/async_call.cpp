@@ -123,6 +123,8 @@ AsyncCall::Result AsyncCall::run() {
       c10::List<at::Tensor> list;
       for (size_t j = 0; j < r.size(); ++j) list.push_back(make(r[j], (i << 32) | j));
       results.emplace_back(list);
+    } else if (r[0].undefined && isOptionalTensorType(schema.returns()[i].type())) {
+      results.emplace_back();  // None, as the CPU kernel returns it
     } else {
       results.emplace_back(make(r[0], i << 32));
     }
@@ -295,8 +297,8 @@ std::shared_ptr<const Plan> AsyncCall::newShapePlan(const std::vector<c10::IValu
   const auto& schema = op_.schema();
   KeyBuilder kb(op_, KeyBuilder::Shapes::kOmitted);
   kb.addState(globalState());
-  for (size_t i = 0; i < args.size(); ++i)
-    if (!kb.add(args[i], schema.arguments()[i].type())) return nullptr;
+  for (size_t i = 0; i < args.size(); ++i)  // (the real types: SymInt sizes are omitted too)
+    if (!kb.add(args[i], schema.arguments()[i].real_type())) return nullptr;
   family_key_ = kb.key();
   std::shared_ptr<const Plan> family = planCache().get(family_key_);
   if (!family) return nullptr;
@@ -356,6 +358,8 @@ std::shared_ptr<Plan> AsyncCall::derived(const c10::IValue* rets, size_t nrets, 
     plan->is_list.push_back(v.isTensorList());
     if (v.isTensor()) {
       if (!add(v.toTensor(), outs)) return nullptr;
+    } else if (v.isNone()) {  // a Tensor? result left out: undefined in the plan, None at each call
+      add(at::Tensor(), outs);
     } else if (v.isTensorList()) {
       for (const at::Tensor& t : v.toTensorList())
         if (!add(t, outs)) return nullptr;
@@ -407,7 +411,7 @@ void AsyncCall::takeResults(const c10::OperatorHandle& op, const std::vector<c10
                             std::vector<std::pair<size_t, at::Tensor>>& outs) {
   auto result = [&](size_t ret, size_t idx) {
     const c10::IValue& v = host[ret];
-    return v.isTensor() ? v.toTensor() : v.toTensorList().get(idx);
+    return v.isNone() ? at::Tensor() : v.isTensor() ? v.toTensor() : v.toTensorList().get(idx);
   };
   for (size_t i = 0; i < plan.returns.size(); ++i)  // no result where the plan has none
     for (size_t j = 0; j < plan.returns[i].size(); ++j)

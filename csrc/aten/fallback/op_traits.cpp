@@ -45,6 +45,11 @@ bool isTensorType(const c10::TypePtr& t) {
   return false;
 }
 
+bool isOptionalTensorType(const c10::TypePtr& t) {
+  auto opt = t->cast<c10::OptionalType>();
+  return opt && opt->getElementType()->kind() == c10::TypeKind::TensorType;
+}
+
 // Ops whose output shape depends on the data: the host must wait for it.
 // Those torch tags dynamic_output_shape (but aten::index: see
 // dataDependentCall), and these.
@@ -137,7 +142,8 @@ Mode computeMode(const c10::OperatorHandle& op) {
   const c10::FunctionSchema& schema = op.schema();
   Mode mode = Mode::kAsync;
   for (const auto& r : schema.returns()) {
-    if (!isTensorType(r.type())) mode = Mode::kSync;  // scalar results are read by the host
+    if (!isTensorType(r.type()) && !isOptionalTensorType(r.type()))
+      mode = Mode::kSync;  // scalar results are read by the host
   }
   if (mode == Mode::kAsync) {
     for (const auto& r : schema.returns())

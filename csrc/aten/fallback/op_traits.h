@@ -64,6 +64,8 @@ RandomDraw drawFor(const c10::IValue& generator, c10::DeviceIndex device);
 
 // Tensor and Tensor[] values.
 bool isTensorType(const c10::TypePtr& t);
+// Tensor? (a result that may be None: a plan holds it as undefined).
+bool isOptionalTensorType(const c10::TypePtr& t);
 
 // Ops whose output shape depends on the data: the host must wait for it.
 // Those torch tags dynamic_output_shape (but aten::index: see

@@ -64,7 +64,26 @@ KeyBuilder::KeyBuilder(const c10::OperatorHandle& op, Shapes shapes)
 
 void KeyBuilder::addState(int64_t v) { put('G', v); }
 
+namespace {
+// SymInt, SymInt?, SymInt[], SymInt[]? arguments (the schema's real types):
+// sizes, as the tensors' are.
+bool isSymIntType(const c10::TypePtr& t) {
+  c10::TypePtr e = t;
+  if (auto opt = e->cast<c10::OptionalType>()) e = opt->getElementType();
+  if (auto list = e->cast<c10::ListType>()) e = list->getElementType();
+  return e->kind() == c10::TypeKind::SymIntType;
+}
+}  // namespace
+
 bool KeyBuilder::add(const c10::IValue& v, const c10::TypePtr& type) {
+  // A family omits sizes given as SymInt arguments too (a table's total
+  // dimension, a count of values to come): the Meta kernel plans from them.
+  // Whether one is given, and a list's length, stay.
+  if (!shapes_ && isSymIntType(type)) {
+    if (v.isNone()) return put('s', -1), true;
+    if (v.isList()) return put('s', static_cast<int64_t>(v.toListRef().size())), true;
+    return put('s', 0), true;
+  }
   if (v.isTensor()) return tensor(v.toTensor());
   if (v.isTensorList()) {
     auto l = v.toTensorList();

@@ -59,7 +59,8 @@ bool sameMeta(const at::Tensor& t, const Plan::Meta& m);  // sizes, strides, off
 //
 // With `Shapes::kOmitted`, the key of the call's family: the signature
 // without the tensors' sizes and strides (their ranks stay, and whether each
-// is empty). The calls of a family differ only in shapes (see async_call.h:
+// is empty), nor the values of SymInt arguments (sizes too; the schema's
+// real types say which). The calls of a family differ only in shapes (see async_call.h:
 // a new shape in a known family is planned by the op's Meta kernel).
 class KeyBuilder {
  public:

@@ -156,6 +156,8 @@ class Planner {
       std::vector<Plan::Out> outs;
       if (v.isTensor()) {
         if (!output(v.toTensor(), outs)) return fail(plan, "an output is a view or not dense");
+      } else if (v.isNone()) {  // a Tensor? result left out
+        output(at::Tensor(), outs);
       } else if (v.isTensorList()) {
         for (const at::Tensor& t : v.toTensorList())
           if (!output(t, outs)) return fail(plan, "an output is a view or not dense");

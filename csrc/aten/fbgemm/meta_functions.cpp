@@ -1,19 +1,23 @@
-// Meta functions (aten/fallback/meta_functions.h) for FBGEMM's table-batched
-// embedding ops that have no C++ Meta kernel in its CPU build: the pt2
-// wrappers that TorchRec's and FBGEMM's TBE modules call. On mtia, FBGEMM
-// runs a TBE through these CPU op schemas (ComputeDevice.MTIA), and each
-// batch has new shapes (its indices' count changes with every batch): with
-// these, a new batch shape is planned here and runs asynchronously, instead
-// of a synchronous first call per op and batch.
+// Meta functions (aten/fallback/meta_functions.h) for FBGEMM's ops that have
+// no C++ Meta kernel in its CPU build, for the ops TorchRec calls on every
+// batch. On mtia, FBGEMM runs a table-batched embedding (TBE) through its CPU
+// op schemas (ComputeDevice.MTIA), and each batch has new shapes (its ids'
+// count changes with every batch): with these, a new batch shape is planned
+// here and runs asynchronously, instead of a synchronous first call per op
+// and batch.
 //
-// What each computes is from FBGEMM's CPU wrappers (fbgemm-gpu-cpu 1.8.0):
-// the pooled forward calls split_embedding_codegen_forward_cpu, whose own
-// Meta kernel this calls; the backward with a fused optimizer updates the
-// tables in place and returns no tensor.
+// What each computes is from FBGEMM's CPU kernels (fbgemm-gpu-cpu 1.8.0):
+// the TBE pt2 wrappers (the pooled forward calls
+// split_embedding_codegen_forward_cpu, whose own Meta kernel this calls; the
+// backward with a fused optimizer updates the tables in place and returns no
+// tensor), the bounds check, and the KJT ops of a row-wise input
+// distribution (block_bucketize_sparse_features, permute_2D_sparse_data),
+// whose Meta kernels are Python.
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/empty.h>
 #include <c10/util/Exception.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -84,6 +88,50 @@ void indiceWeightsGrad(const c10::OperatorHandle& op, Stack* stack) {
 // warning mode corrects, the indices' values in place; no result.
 void boundsCheck(const c10::OperatorHandle& op, Stack* stack) { finish(op, stack, {}); }
 
+// An optional result: the tensor `make` gives when `present`, else None.
+c10::IValue optional(bool present, const std::function<at::Tensor()>& make) {
+  return present ? c10::IValue(make()) : c10::IValue();
+}
+
+// block_bucketize_sparse_features: each feature's ids split into my_size
+// buckets by row blocks. New lengths per (bucket, feature, sample); the ids
+// (and weights, positions, the permutation back) reordered, one per id.
+void blockBucketize(const c10::OperatorHandle& op, Stack* stack) {
+  const at::Tensor& lengths = arg(op, *stack, "lengths").toTensor();
+  const at::Tensor& indices = arg(op, *stack, "indices").toTensor();
+  const int64_t my_size = arg(op, *stack, "my_size").toInt();
+  const c10::IValue& weights = arg(op, *stack, "weights");
+  const bool pos = arg(op, *stack, "bucketize_pos").toBool(), sequence = arg(op, *stack, "sequence").toBool();
+  const int64_t n = indices.numel();
+  std::vector<c10::IValue> out;
+  out.emplace_back(at::empty({lengths.numel() * my_size}, lengths.options()));
+  out.emplace_back(at::empty({n}, indices.options()));
+  out.push_back(optional(!weights.isNone(), [&] { return at::empty({n}, weights.toTensor().options()); }));
+  out.push_back(optional(pos, [&] { return at::empty({n}, indices.options()); }));
+  out.push_back(optional(sequence, [&] { return at::empty({n}, indices.options()); }));
+  finish(op, stack, std::move(out));
+}
+
+// permute_2D_sparse_data: the features (rows of lengths) in `permute`'s
+// order, with their values. How many values that is comes from the lengths
+// (data), unless the caller gives it (permuted_lengths_sum): without it,
+// no plan (the call runs synchronously, reading the lengths).
+void permute2D(const c10::OperatorHandle& op, Stack* stack) {
+  const at::Tensor& permute = arg(op, *stack, "permute").toTensor();
+  const at::Tensor& lengths = arg(op, *stack, "lengths").toTensor();
+  const at::Tensor& values = arg(op, *stack, "values").toTensor();
+  const c10::IValue& weights = arg(op, *stack, "weights");
+  const c10::IValue& sum = arg(op, *stack, "permuted_lengths_sum");
+  TORCH_CHECK(!sum.isNone(), "openmtia: permute_2D_sparse_data without permuted_lengths_sum: its size is the data's");
+  TORCH_CHECK(lengths.dim() == 2, "openmtia: permute_2D_sparse_data: lengths must be 2-D");
+  const int64_t total = sum.toInt();
+  std::vector<c10::IValue> out;
+  out.emplace_back(at::empty({permute.numel(), lengths.size(1)}, lengths.options()));
+  out.emplace_back(at::empty({total}, values.options()));
+  out.push_back(optional(!weights.isNone(), [&] { return at::empty({total}, weights.toTensor().options()); }));
+  finish(op, stack, std::move(out));
+}
+
 // The backward wrappers with a fused optimizer: the tables and optimizer
 // states are updated in place, and no gradient is returned.
 void fusedBackward(const c10::OperatorHandle& op, Stack* stack) { finish(op, stack, {at::Tensor()}); }
@@ -91,6 +139,8 @@ void fusedBackward(const c10::OperatorHandle& op, Stack* stack) { finish(op, sta
 const bool registered = [] {
   using fallback::registerMetaFunction;
   registerMetaFunction("fbgemm::bounds_check_indices", boundsCheck);
+  registerMetaFunction("fbgemm::block_bucketize_sparse_features", blockBucketize);
+  registerMetaFunction("fbgemm::permute_2D_sparse_data", permute2D);
   registerMetaFunction("fbgemm::split_embedding_codegen_forward_unweighted_pt2_wrapper", pooledForward);
   registerMetaFunction("fbgemm::split_embedding_codegen_forward_weighted_pt2_wrapper", pooledForward);
   registerMetaFunction("fbgemm::split_embedding_nobag_codegen_forward_unweighted_pt2_wrapper", unpooledForward);

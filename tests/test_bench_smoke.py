@@ -32,3 +32,12 @@ def test_deploy_bench_runs():
     rows = [l for l in r.stdout.splitlines() if l.startswith("transformer block")]
     assert [l.split()[2] for l in rows] == ["eager", "compile", "aoti"], r.stdout
     assert "target: AOTInductor on mtia within 1.1x" in r.stdout
+
+
+def test_recsys_bench_runs():
+    r = subprocess.run([sys.executable, str(BENCH.parent / "recsys_bench.py"), "--quick"], capture_output=True,
+                       text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:] + r.stdout[-3000:]
+    rows = [l for l in r.stdout.splitlines() if l.startswith("| DLRM train step")]
+    assert len(rows) == 2, r.stdout
+    assert "target: DLRM train-step throughput on mtia >= 1.0x CPU's" in r.stdout

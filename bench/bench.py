@@ -473,7 +473,7 @@ def omp_interference(repeats, inner=5):
     return statistics.median(m / c for c, m in zip(after_cpu, after_mtia))
 
 
-def cpu_table(repeats, quick, processes):
+def cpu_table(repeats, quick, processes, only=""):
     print(f"| {'case':50} | {'cpu':>10} | {'mtia':>10} | {'ratio':>6} | target | met |")
     print(f"|{'-' * 52}|{'-' * 12}|{'-' * 12}|{'-' * 8}|--------|-----|")
     rows = []
@@ -482,6 +482,8 @@ def cpu_table(repeats, quick, processes):
         for proc in procs.values():
             proc.wait_ready()
     for index, (name, factory, kind, inner, target) in enumerate(CASES):
+        if only and only not in name:
+            continue
         inner = max(1, inner // 4) if quick else inner
         t_cpu, t_mtia = paired(pairs, index, repeats, inner)
         if kind == "latency":
@@ -497,12 +499,13 @@ def cpu_table(repeats, quick, processes):
     for procs in pairs:
         for proc in procs.values():
             proc.close()
-    first = first_big_matmul(repeats)
-    print(f"\nfirst 2048x2048 matmul of a new shape: the call returns after {first:.1%} of its run time "
-          f"(target < 10%: {'met' if first < 0.1 else 'NOT met'})")
-    slow = omp_interference(repeats)
-    print(f"\nCPU matmul right after an mtia one / after a CPU one: {slow:.2f} "
-          f"(the worker's OpenMP team {'does not slow' if slow <= 1.1 else 'SLOWS'} the CPU runs; target <= 1.1)")
+    if not only:  # (the table's own rows only)
+        first = first_big_matmul(repeats)
+        print(f"\nfirst 2048x2048 matmul of a new shape: the call returns after {first:.1%} of its run time "
+              f"(target < 10%: {'met' if first < 0.1 else 'NOT met'})")
+        slow = omp_interference(repeats)
+        print(f"\nCPU matmul right after an mtia one / after a CPU one: {slow:.2f} "
+              f"(the worker's OpenMP team {'does not slow' if slow <= 1.1 else 'SLOWS'} the CPU runs; target <= 1.1)")
     return rows
 
 
@@ -528,6 +531,7 @@ def main():
                    help="processes per device (mtia-vs-CPU table) and per run of the low-precision table "
                         "(the median over them)")
     p.add_argument("--no-memory", action="store_true", help="skip the host memory table")
+    p.add_argument("--cases", default="", help="only the mtia-vs-CPU rows whose name contains this")
     p.add_argument("--tables", default="cpu,low-precision,memory",
                    help="which tables: cpu (mtia vs CPU), low-precision (bf16/fp16 vs float32 on mtia), memory")
     p.add_argument("--png", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "bench.png"),
@@ -546,7 +550,7 @@ def main():
     print(f"torch {torch.__version__}, {torch.get_num_threads()} CPU threads, median of {repeats} runs\n")
     rows = []
     if "cpu" in tables:
-        rows += cpu_table(repeats, args.quick, 1 if args.quick else args.processes)
+        rows += cpu_table(repeats, args.quick, 1 if args.quick else args.processes, args.cases)
     if "low-precision" in tables:
         rows += low_precision_table(repeats, args.quick, 1 if args.quick else args.processes)
     mem_rows = memory_table() if "memory" in tables else []

@@ -1,5 +1,6 @@
 // Meta functions for ops without a Meta kernel (see meta_functions.h).
 #include "aten/fallback/meta_functions.h"
+#include "aten/per_op.h"
 
 #include <mutex>
 #include <unordered_map>
@@ -25,13 +26,17 @@ void registerMetaFunction(const std::string& name, MetaFunction fn) {
 }
 
 MetaFunction metaFunction(const c10::OperatorHandle& op) {
-  const auto& schema = op.schema();
-  std::string name = schema.name();
-  if (!schema.overload_name().empty()) name += "." + schema.overload_name();
-  Registry& r = registry();
-  std::lock_guard<std::mutex> lock(r.mu);
-  auto it = r.fns.find(name);
-  return it == r.fns.end() ? nullptr : it->second;
+  // once per op and thread: the planner asks at every new shape (functions
+  // are registered when the library loads, before any op runs)
+  return perOp(&op.schema(), [&]() -> MetaFunction {
+    const auto& schema = op.schema();
+    std::string name = schema.name();
+    if (!schema.overload_name().empty()) name += "." + schema.overload_name();
+    Registry& r = registry();
+    std::lock_guard<std::mutex> lock(r.mu);
+    auto it = r.fns.find(name);
+    return it == r.fns.end() ? nullptr : it->second;
+  });
 }
 
 }  // namespace fallback

@@ -77,6 +77,10 @@ from . import inductor as _inductor
 
 _inductor.install()  # torch.compile: registers mtia with Inductor when Inductor loads
 
+from . import _fbgemm
+
+_fbgemm.install()  # FBGEMM's inference TBE: tables of a TBE on mtia in its memory (TorchRec's sharded inference)
+
 from . import distributed as _distributed
 
 _distributed.register()  # torch.distributed: the "openmtia" c10d backend for mtia tensors

@@ -332,6 +332,193 @@ def test_sharded_training_across_two_network_namespaces(two_hosts, tmp_path):
     assert (tmp_path / "row_wise").exists()  # rank 0 compared
 
 
+# ---------------------------------------------------------------- point 5: quantized inference
+QUANT_TABLES = [("t0", 64, 16), ("t1", 40, 16), ("t2", 100, 8), ("t3", 30, 8)]  # (name, rows, dim)
+
+
+def _quant_model(device, collection="bag", seed=0):
+    """An embedding (bag) collection, its float weights seeded, on `device`,
+    in a model (quantization replaces a model's collections)."""
+    from torchrec.modules.embedding_configs import EmbeddingBagConfig, EmbeddingConfig
+    from torchrec.modules.embedding_modules import EmbeddingBagCollection, EmbeddingCollection
+    torch.manual_seed(seed)
+    if collection == "bag":
+        return torch.nn.Sequential(EmbeddingBagCollection(device=torch.device(device), tables=[
+            EmbeddingBagConfig(name=n, embedding_dim=d, num_embeddings=r, feature_names=[f"f_{n}"])
+            for n, r, d in QUANT_TABLES]))
+    return torch.nn.Sequential(EmbeddingCollection(device=torch.device(device), tables=[  # unpooled: one dimension
+        EmbeddingConfig(name=n, embedding_dim=8, num_embeddings=r, feature_names=[f"f_{n}"]) for n, r, _ in QUANT_TABLES]))
+
+
+def _quant_batch(batch, g, bad_id=False):
+    from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+    lengths = torch.randint(0, 4, (len(QUANT_TABLES) * batch,), generator=g)
+    values = torch.cat([torch.randint(0, r, (int(n),), generator=g)
+                        for (_, r, _), n in zip(QUANT_TABLES, lengths.view(len(QUANT_TABLES), batch).sum(1))])
+    if bad_id:
+        values[0] = 10_000  # out of t0's range: the bounds check's warning mode makes it row 0, on both
+    return KeyedJaggedTensor(keys=[f"f_{n}" for n, _, _ in QUANT_TABLES], values=values, lengths=lengths)
+
+
+def _quantize(module, dtype, output_dtype):
+    """TorchRec's quantization of the model's collections (pooled, and the
+    unpooled ones, which it quantizes when asked)."""
+    from torchrec.inference.modules import quantize_embeddings
+    from torchrec.modules.embedding_modules import EmbeddingCollection
+    from torchrec.quant.embedding_modules import EmbeddingCollection as QuantEmbeddingCollection
+    return quantize_embeddings(module, dtype=dtype, inplace=False, output_dtype=output_dtype,
+                               additional_qconfig_spec_keys=[EmbeddingCollection],
+                               additional_mapping={EmbeddingCollection: QuantEmbeddingCollection})
+
+
+def _tbes(model):
+    """The IntNBit TBEs of a quantized model (a quantized collection keeps
+    them in a list, not as submodules)."""
+    from fbgemm_gpu.split_table_batched_embeddings_ops_inference import IntNBitTableBatchedEmbeddingBagsCodegen
+    found = {}
+    for m in model.modules():
+        for t in [m, *getattr(m, "_emb_modules", [])]:
+            if isinstance(t, IntNBitTableBatchedEmbeddingBagsCodegen):
+                found[id(t)] = t
+    return list(found.values())
+
+
+def _outputs(out):
+    """A KeyedTensor's or a dict of JaggedTensors' tensors, by key."""
+    if hasattr(out, "to_dict") and not isinstance(out, dict):
+        out = out.to_dict()
+    return {k: (v if isinstance(v, torch.Tensor) else v.values()) for k, v in out.items()}
+
+
+@pytest.mark.parametrize("collection", ["bag", "sequence"])
+@pytest.mark.parametrize("dtype,output_dtype", [(torch.qint8, torch.float), (torch.quint4x2, torch.float),
+                                                (torch.qint8, torch.half), (torch.half, torch.float)])
+def test_quantized_embeddings_on_mtia_look_up_as_on_cpu(collection, dtype, output_dtype):
+    """TorchRec's inference path: quantize_embeddings makes IntNBit
+    table-batched embeddings, whose tables live in the device's memory
+    (EmbeddingLocation.DEVICE) on mtia; every batch, the first and the later
+    ones, one with an id out of range among them, looks up what CPU's
+    quantized model looks up. Before openmtia translated the DEVICE placement
+    for FBGEMM's kernel, the lookup raised "Expected placement !=
+    PlacementType::DEVICE"."""
+    from fbgemm_gpu.split_table_batched_embeddings_ops_common import EmbeddingLocation
+    cpu = _quantize(_quant_model("cpu", collection), dtype, output_dtype)
+    mt = _quantize(_quant_model("cpu", collection).to("mtia"), dtype, output_dtype)
+    tbes = _tbes(mt)
+    assert tbes and all(t.weights_dev.device.type == "mtia" and t.weights_dev.numel() > 0 for t in tbes)
+    assert all(spec[4] == EmbeddingLocation.DEVICE for t in tbes for spec in t.embedding_specs)
+    g = torch.Generator().manual_seed(1)
+    for batch, bad in ((3, False), (5, True), (2, False), (7, False)):
+        kjt = _quant_batch(batch, g, bad)
+        expected = _outputs(cpu(kjt))
+        got = _outputs(mt(kjt.to("mtia")))
+        assert got.keys() == expected.keys()
+        for k in expected:
+            assert got[k].device.type == "mtia" and got[k].dtype == expected[k].dtype == output_dtype
+            torch.testing.assert_close(got[k].cpu(), expected[k], atol=0, rtol=0)
+
+
+def test_a_quantized_lookup_of_a_new_batch_shape_is_asynchronous_with_no_first_call():
+    """Inference batches change shape too: after the first, the quantized
+    lookup (and its bounds check, and the offsets' cumsum) are planned from
+    openmtia's meta functions and queue behind a held stream."""
+    import openmtia._C_test
+    cpu = _quantize(_quant_model("cpu"), torch.qint8, torch.float)
+    mt = _quantize(_quant_model("cpu").to("mtia"), torch.qint8, torch.float)
+    g = torch.Generator().manual_seed(2)
+    for i, batch in enumerate((4, 6, 3, 9)):
+        kjt = _quant_batch(batch, g)
+        expected = cpu(kjt).values()
+        kjt = kjt.to("mtia")
+        torch.mtia.synchronize()
+        before = openmtia._C._plan_cache_stats()
+        if i == 0:
+            got = mt(kjt).values()
+        else:
+            gate = openmtia._C_test.launch_blocking_task(0, 20.0)
+            try:
+                got = mt(kjt).values()
+                assert not torch.mtia.current_stream().query(), "a call waited for the stream"
+            finally:
+                gate.release()
+            after = openmtia._C._plan_cache_stats()
+            assert after["first_calls"] == before["first_calls"], (batch, before, after)
+        torch.testing.assert_close(got.cpu(), expected, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("sharding_type", ["table_wise", "row_wise", "column_wise"])
+@pytest.mark.parametrize("dtype", [torch.qint8, torch.quint4x2])
+def test_sharded_quantized_inference_on_two_devices_looks_up_as_unsharded_cpu(sharding_type, dtype):
+    """TorchRec's sharded inference: one process, the quantized tables sharded
+    over mtia:0 and mtia:1 (shard_quant_model, world size 2), each device
+    looking up its shards and the pooled embeddings gathered onto mtia:0
+    (fbgemm's merge_pooled_embeddings, native on mtia). The outputs equal the
+    unsharded quantized model's on CPU, key by key. Stock TorchRec 1.8.0 with
+    FBGEMM 1.8.0 could not build the shards on mtia ("EmbeddingLocation.HOST
+    doesn't work for CUDA device!"), and the gather raised "Expected all
+    tensors to be on the same device"."""
+    import copy
+
+    import torchrec.distributed.global_settings as settings
+    from torchrec.distributed.planner import ParameterConstraints
+    from torchrec.inference.modules import shard_quant_model
+    from torchrec.modules.embedding_modules import EmbeddingBagCollection
+    from torchrec.quant.embedding_modules import quant_prep_enable_quant_state_dict_split_scale_bias_for_types
+
+    def prepared(device):
+        model = _quant_model("cpu").to(device)
+        quant_prep_enable_quant_state_dict_split_scale_bias_for_types(model, [EmbeddingBagCollection])
+        return _quantize(model, dtype, torch.float)
+
+    cpu, mt = prepared("cpu"), prepared("mtia")
+    propagate = settings.get_propogate_device()
+    settings.set_propogate_device(True)  # TorchRec's switch for devices other than CUDA (CPU's inference needs it too)
+    try:
+        constraints = {n: ParameterConstraints(sharding_types=[sharding_type], compute_kernels=["quant"])
+                       for n, _, _ in QUANT_TABLES}
+        sharded, plan = shard_quant_model(copy.deepcopy(mt), world_size=2, compute_device="mtia",
+                                          sharding_device="mtia", constraints=constraints)
+    finally:
+        settings.set_propogate_device(propagate)
+    loaded = sharded.load_state_dict(mt.state_dict(), strict=False)  # (the TBEs' own buffers are not in it)
+    assert not loaded.unexpected_keys and all(".tbes." in k for k in loaded.missing_keys), loaded
+    devices = {t.weights_dev.device for t in _tbes(sharded)}
+    assert devices == {torch.device("mtia", 0), torch.device("mtia", 1)}, devices
+    g = torch.Generator().manual_seed(3)
+    for batch in (4, 7, 2):
+        kjt = _quant_batch(batch, g)
+        expected = _outputs(cpu(kjt))
+        got = _outputs(sharded(kjt.to("mtia:0")))
+        assert sorted(got) == sorted(expected)
+        for k in expected:
+            assert got[k].device == torch.device("mtia", 0)
+            torch.testing.assert_close(got[k].cpu(), expected[k], atol=0, rtol=0)
+
+
+def test_merge_pooled_embeddings_gathers_from_devices_as_on_cpu():
+    """fbgemm's gather ops over several devices: onto mtia:0 (asynchronous
+    device-to-device copies), and onto CPU; a wrong size raises at the call."""
+    import fbgemm_gpu  # noqa: F401
+    fb = torch.ops.fbgemm
+    a, b = torch.randn(3, 4), torch.randn(3, 2)
+    on = [a.to("mtia:0"), b.to("mtia:1")]
+    for target in (torch.device("mtia", 0), torch.device("cpu")):
+        merged = fb.merge_pooled_embeddings(on, 3, target, 1)
+        assert merged.device == target
+        torch.testing.assert_close(merged.cpu(), torch.cat([a, b], 1), atol=0, rtol=0)
+    rows = fb.merge_pooled_embeddings([a.t().contiguous().to("mtia:1"), b.t().contiguous().to("mtia:0")], 3,
+                                      torch.device("mtia", 1), 0)
+    torch.testing.assert_close(rows.cpu(), torch.cat([a.t(), b.t()], 0), atol=0, rtol=0)
+    moved = fb.all_to_one_device(on, torch.device("mtia", 1))
+    assert [t.device for t in moved] == [torch.device("mtia", 1)] * 2
+    torch.testing.assert_close(moved[0].cpu(), a, atol=0, rtol=0)
+    summed = fb.sum_reduce_to_one([a.to("mtia:0"), a.to("mtia:1")], torch.device("mtia", 0))
+    torch.testing.assert_close(summed.cpu(), a + a, atol=0, rtol=0)
+    with pytest.raises(RuntimeError, match="merge_pooled_embeddings: a pooled embedding has size 3 in dimension 0, "
+                                           "expected 5"):
+        fb.merge_pooled_embeddings(on, 5, torch.device("mtia", 0), 1)
+
+
 # ---------------------------------------------------------------- point 8: bad input
 def _ebc(device):
     from torchrec.modules.embedding_configs import EmbeddingBagConfig

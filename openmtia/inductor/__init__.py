@@ -20,10 +20,10 @@ Two backends, chosen by ``OPENMTIA_INDUCTOR_BACKEND``:
   (`openmtia.inductor.triton`).
 """
 import functools
-import importlib.abc
-import importlib.machinery
 import os
 import sys
+
+from .._import_hooks import after_import
 
 BACKENDS = ("cpp", "triton")
 
@@ -187,32 +187,6 @@ _HOOKS = {
 }
 
 
-class _Loader(importlib.abc.Loader):
-    def __init__(self, loader, after):
-        self._loader = loader
-        self._after = after
-
-    def create_module(self, spec):
-        return self._loader.create_module(spec)
-
-    def exec_module(self, module):
-        self._loader.exec_module(module)
-        self._after(module)
-
-
-class _Finder(importlib.abc.MetaPathFinder):
-    """Runs a hook right after one of Inductor's modules has been executed."""
-
-    def find_spec(self, fullname, path, target=None):
-        after = _HOOKS.get(fullname)
-        if after is None:
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
-        if spec is not None and spec.loader is not None:
-            spec.loader = _Loader(spec.loader, after)
-        return spec
-
-
 def install():
     """Called at autoload. Validates the backend choice now, so a typo fails early."""
     if backend() == "triton":
@@ -220,10 +194,7 @@ def install():
         # defines a kernel, so it must be set before any is defined
         os.environ.setdefault("TRITON_INTERPRET", "1")
     for name, after in _HOOKS.items():
-        if name in sys.modules:  # imported before openmtia: hook it now
-            after(sys.modules[name])
+        after_import(name, after)
     common = sys.modules.get("torch._inductor.codegen.common")
     if common is not None:  # its registrations may have run: replace mtia's
         _register(common)
-    if not any(isinstance(f, _Finder) for f in sys.meta_path):
-        sys.meta_path.insert(0, _Finder())

@@ -10,13 +10,15 @@
 // the TBE pt2 wrappers (the pooled forward calls
 // split_embedding_codegen_forward_cpu, whose own Meta kernel this calls; the
 // backward with a fused optimizer updates the tables in place and returns no
-// tensor), the bounds check, and the KJT ops of a row-wise input
+// tensor), the bounds check, the KJT ops of a row-wise input
 // distribution (block_bucketize_sparse_features, permute_2D_sparse_data),
-// whose Meta kernels are Python.
+// whose Meta kernels are Python, and the quantized (IntNBit) lookup of
+// inference.
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/empty.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <functional>
 #include <string>
 #include <vector>
@@ -132,6 +134,33 @@ void permute2D(const c10::OperatorHandle& op, Stack* stack) {
   finish(op, stack, std::move(out));
 }
 
+// int_nbit_split_embedding_codegen_lookup_function, the quantized (IntNBit)
+// lookup of inference: pooled, a row of total_D per sample; unpooled, a row
+// of the widest table's D per index. An INT8 output carries each row's
+// quantization parameters after it (8 bytes per table pooled, 4 unpooled).
+void intNBitLookup(const c10::OperatorHandle& op, Stack* stack) {
+  const int64_t out_type = arg(op, *stack, "output_dtype").toInt();
+  const bool int8 = out_type == 2;
+  const at::Tensor& weights = arg(op, *stack, "dev_weights").toTensor();
+  const auto options = weights.options().dtype(int8 ? at::kByte : outputType(out_type));
+  if (arg(op, *stack, "pooling_mode").toInt() == 2) {  // PoolingMode.NONE
+    int64_t D = 0;
+    for (const char* name : {"max_int2_D", "max_int4_D", "max_int8_D", "max_float16_D", "max_float32_D"})
+      D = std::max(D, arg(op, *stack, name).toInt());
+    const c10::IValue& fp8 = arg(op, *stack, "max_float8_D");
+    if (!fp8.isNone()) D = std::max(D, fp8.toInt());
+    TORCH_CHECK(D > 0, "openmtia: an unpooled IntNBit lookup without tables");
+    const int64_t rows = arg(op, *stack, "indices").toTensor().numel();
+    finish(op, stack, {at::empty({rows, D + (int8 ? 4 : 0)}, options)});
+    return;
+  }
+  const int64_t T = arg(op, *stack, "D_offsets").toTensor().numel() - 1;
+  const int64_t total_D = arg(op, *stack, "total_D").toInt();
+  TORCH_CHECK(T > 0 && total_D > 0, "openmtia: a pooled IntNBit lookup without tables");
+  const int64_t B = (arg(op, *stack, "offsets").toTensor().size(0) - 1) / T;
+  finish(op, stack, {at::empty({B, total_D + (int8 ? 8 * T : 0)}, options)});
+}
+
 // The backward wrappers with a fused optimizer: the tables and optimizer
 // states are updated in place, and no gradient is returned.
 void fusedBackward(const c10::OperatorHandle& op, Stack* stack) { finish(op, stack, {at::Tensor()}); }
@@ -145,6 +174,7 @@ const bool registered = [] {
   registerMetaFunction("fbgemm::split_embedding_codegen_forward_weighted_pt2_wrapper", pooledForward);
   registerMetaFunction("fbgemm::split_embedding_nobag_codegen_forward_unweighted_pt2_wrapper", unpooledForward);
   registerMetaFunction("fbgemm::split_embedding_codegen_grad_indice_weights_pt2_wrapper", indiceWeightsGrad);
+  registerMetaFunction("fbgemm::int_nbit_split_embedding_codegen_lookup_function", intNBitLookup);
   for (const char* optimizer : {"sgd", "adagrad", "rowwise_adagrad", "rowwise_adagrad_with_counter", "rowwise_rmsprop_ar"}) {
     const std::string o = optimizer;
     for (const char* kind : {"unweighted", "weighted", "unweighted_vbe", "weighted_vbe"})

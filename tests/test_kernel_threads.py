@@ -97,3 +97,23 @@ def test_a_small_synchronous_call_keeps_the_programs_thread_counts():
     """)
     assert threads_after == "2"
     assert grown == "1"
+
+
+@pytest.mark.parametrize("op,shapes,parallel", [
+    ("mm", [(64, 64), (64, 64)], False),            # 262K multiply-adds: 27 us on two threads, 9 on one
+    ("mm", [(1024, 32), (32, 16)], False),          # a DLRM linear layer's (counted as elements x 16: parallel)
+    ("mm", [(1024, 64), (64, 64)], True),           # 4.2M
+    ("addmm", [(16,), (1024, 32), (32, 16)], False),
+    ("addmm", [(256,), (256, 256), (256, 256)], True),
+    ("bmm", [(1024, 5, 16), (1024, 16, 5)], False),  # 410K
+    ("bmm", [(16, 128, 64), (16, 64, 128)], True),   # 16.8M
+    ("baddbmm", [(16, 128, 128), (16, 128, 64), (16, 64, 128)], True),
+])
+def test_a_matrix_product_runs_on_every_thread_from_2m_multiply_adds(op, shapes, parallel):
+    """A product of matrices is parallel by its multiply-adds (2M: where two
+    threads start to pay on a 2-core VM), not by its elements: the small
+    linear layers of a recommendation model run on one thread."""
+    from openmtia import _C
+    args = [torch.empty(s) for s in shapes]
+    work = _C._kernel_work(f"aten::{op}", "", args)
+    assert (work >= _C._parallel_work()) == parallel, (op, shapes, work)

@@ -31,9 +31,21 @@
 // softmax over 1024 rows of 256 55 / 109 / 56 us, sum of 1M 24 / 44 / 25
 // us, a bmm of 16 x 128x64 @ 64x128 172 / 213 / 164 us; the main job's
 // step 25.4 (CPU, float32) / 30.5 / 26.0-28.6 ms, 19.0-19.4 / 14.3-16.0 ms in bf16.
+//
+// A product of matrices counts its multiply-adds (kMatrixParallelMacs, 2M,
+// is where two threads start to pay on a 2-core Xeon VM: a mm of 64x64x64
+// took 27 us on two threads and 9 on one, 1024x32x32 23 / 20 us,
+// 128x128x128 32 / 31 us, 1024x64x64 53 / 61 us, 256x256x256 162 / 248 us,
+// in a loop on an idle device). Counted as elements times 16 before, a
+// product of two 37x37 matrices went parallel: the DLRM step's small
+// linear layers, run beside other streams' work and the host thread, took
+// 200 us each instead of 15.
 // A program's own CPU work on its threads still makes teams of its own
 // (the device's threads then sleep between regions again).
 #include <dlfcn.h>
+
+#include <string>
+#include <unordered_set>
 
 #include "openmtia/runtime.h"
 #include "aten/low_precision/low_precision.h"
@@ -87,12 +99,31 @@ int64_t workElements(const std::vector<c10::IValue>& values) {
   return n;
 }
 
-int64_t kernelWork(const c10::OperatorHandle& op, int64_t elements) {
-  const bool matrix = perOp(&op.schema(), [&] {
+int64_t kernelWork(const c10::OperatorHandle& op, const std::vector<c10::IValue>& args, int64_t elements) {
+  // kProduct: the matrices are arguments 0 and 1 (mm, bmm), or 1 and 2
+  // (addmm, baddbmm, addbmm: after the added tensor)
+  enum Kind { kElements, kProduct, kProductAfterSelf, kDense };
+  const Kind kind = perOp(&op.schema(), [&] {
     const std::string& name = op.schema().name();
-    return lowPrecisionMatrixOps().count(name) > 0 || name.rfind("aten::_scaled_dot_product", 0) == 0;
+    if (name == "aten::mm" || name == "aten::bmm") return kProduct;
+    static const std::unordered_set<std::string> added = {"aten::addmm", "aten::addmm_",   "aten::baddbmm",
+                                                          "aten::baddbmm_", "aten::addbmm", "aten::addbmm_"};
+    if (added.count(name)) return kProductAfterSelf;
+    return lowPrecisionMatrixOps().count(name) > 0 || name.rfind("aten::_scaled_dot_product", 0) == 0 ? kDense
+                                                                                                      : kElements;
   });
-  return matrix ? elements * kDenseWorkScale : elements;
+  if (kind == kDense) return elements * kDenseWorkScale;
+  if (kind == kElements) return elements;
+  // [..., m, k] @ [..., k, n]: the first's elements times n multiply-adds
+  const size_t first = kind == kProduct ? 0 : 1;
+  const size_t base = args.size() - op.schema().arguments().size();  // (args may be a longer stack's tail)
+  if (args.size() < op.schema().arguments().size() || base + first + 1 >= args.size() ||
+      !args[base + first].isTensor() || !args[base + first + 1].isTensor())
+    return elements * kDenseWorkScale;
+  const at::Tensor& a = args[base + first].toTensor();
+  const at::Tensor& b = args[base + first + 1].toTensor();
+  if (!a.defined() || !b.defined() || b.dim() < 2) return elements * kDenseWorkScale;
+  return a.numel() * b.size(-1) / kMatrixMacsPerElement;
 }
 
 void useKernelThreads(int64_t work_elements) {

@@ -14,12 +14,22 @@ namespace openmtia {
 
 // Kernels over less work than this run on one thread (see threads.cpp).
 constexpr int64_t kParallelWork = int64_t{1} << 16;
-// A matrix op's elements count this many times (its work grows faster).
+// An element of a transcendental kernel's (or a convolution's) counts this
+// many times (its work grows faster).
 constexpr int64_t kDenseWorkScale = 16;
+// A product of matrices (mm, addmm, bmm, baddbmm, addbmm) runs on every
+// thread from this many multiply-adds: below it, a parallel region costs
+// more than it saves (see threads.cpp). Its work counts as its multiply-adds
+// divided by kMatrixMacsPerElement, so that this many reach kParallelWork.
+constexpr int64_t kMatrixParallelMacs = int64_t{1} << 21;
+constexpr int64_t kMatrixMacsPerElement = kMatrixParallelMacs / kParallelWork;
 // The elements of the tensors (and tensor lists) among `values`.
 int64_t workElements(const std::vector<c10::IValue>& values);
-// The work of a kernel of `op` over `elements` elements (for useKernelThreads).
-int64_t kernelWork(const c10::OperatorHandle& op, int64_t elements);
+// The work of a kernel of `op` over `args` (its arguments on the stack)
+// whose tensors have `elements` elements, outputs included (for
+// useKernelThreads): the elements, except for a product of matrices (its
+// multiply-adds, scaled) and a convolution (kDenseWorkScale per element).
+int64_t kernelWork(const c10::OperatorHandle& op, const std::vector<c10::IValue>& args, int64_t elements);
 // Sets how many threads the OpenMP and MKL parallel regions of the calling
 // (worker) thread use for a kernel over `work_elements` elements: one below
 // kParallelWork, all of them otherwise. Every kernel task calls it first.

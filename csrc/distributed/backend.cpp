@@ -664,7 +664,7 @@ class MtiaBackend final : public c10d::Backend {
     // work runs; the task waits for it.
     WorkPtr check_work;
     at::Tensor all_sigs;
-    if (check_ && sig) {
+    if (check_ && sig && getSize() > 1) {  // (one rank: nothing to disagree with)
       (*sig)[kSeq] = static_cast<int64_t>(++seq_);
       at::Tensor mine = at::empty({kSig}, at::kLong);
       std::copy(sig->begin(), sig->end(), mine.data_ptr<int64_t>());

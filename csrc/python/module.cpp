@@ -104,6 +104,17 @@ PYBIND11_MODULE(_C, m) {
   // weight per element (threads.cpp), for tests
   m.def("_parallel_work", [] { return openmtia::kParallelWork; });
   m.def("_dense_work_scale", [] { return openmtia::kDenseWorkScale; });
+  // the work a fallback kernel of the op ("aten::mm", overload "") over
+  // these tensor arguments counts (useKernelThreads: every thread from _parallel_work)
+  m.def("_kernel_work", [](const std::string& name, const std::string& overload, py::list args) {
+    const auto op = c10::Dispatcher::singleton().findSchemaOrThrow(name.c_str(), overload.c_str());
+    std::vector<c10::IValue> stack;
+    for (const auto& a : args) stack.emplace_back(a.cast<at::Tensor>());  // (tensors only)
+    const auto& formal = op.schema().arguments();
+    for (size_t i = stack.size(); i < formal.size() && formal[i].default_value(); ++i)
+      stack.push_back(*formal[i].default_value());  // the rest: their defaults
+    return openmtia::kernelWork(op, stack, openmtia::workElements(stack));
+  });
   // bf16/fp16 activations through the fused kernel (low_precision/activations.h)
   m.def("_fused_activation_calls", &openmtia::fusedActivationCalls);
   m.def("_fused_reduction_calls", &openmtia::fusedReductionCalls);

@@ -164,7 +164,7 @@ AsyncCall::Result AsyncCall::run() {
   };
   int64_t work = workElements(args);
   for (auto& [slot, out] : outs) work += out.numel();
-  work = kernelWork(op_, work);
+  work = kernelWork(op_, args, work);
   std::shared_ptr<PrebuiltKernel> prebuilt;
   if (draws.empty() && !float32 && isCapturing(device_)) prebuilt = prebuild(*plan, flat, args, outs);
   if (failing_plan_) {  // the kernel's error, raised by the task as a device error
@@ -266,7 +266,7 @@ bool AsyncCall::acceptsZeros(std::vector<c10::IValue> stack) {
   try {
     c10::WarningUtils::WarningHandlerGuard guard(&quiet);
     at::AutoDispatchBelowADInplaceOrView below_autograd;
-    HostKernelScope host_kernel(kernelWork(op_, workElements(stack)));
+    HostKernelScope host_kernel(kernelWork(op_, stack, workElements(stack)));
     op_.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &stack);
   } catch (const std::exception& e) {
     if (isInterrupt(e)) throw;

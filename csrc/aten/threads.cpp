@@ -115,13 +115,12 @@ int64_t kernelWork(const c10::OperatorHandle& op, const std::vector<c10::IValue>
   if (kind == kDense) return elements * kDenseWorkScale;
   if (kind == kElements) return elements;
   // [..., m, k] @ [..., k, n]: the first's elements times n multiply-adds
-  const size_t first = kind == kProduct ? 0 : 1;
-  const size_t base = args.size() - op.schema().arguments().size();  // (args may be a longer stack's tail)
-  if (args.size() < op.schema().arguments().size() || base + first + 1 >= args.size() ||
-      !args[base + first].isTensor() || !args[base + first + 1].isTensor())
-    return elements * kDenseWorkScale;
-  const at::Tensor& a = args[base + first].toTensor();
-  const at::Tensor& b = args[base + first + 1].toTensor();
+  const size_t nargs = op.schema().arguments().size();
+  if (args.size() < nargs) return elements * kDenseWorkScale;
+  const size_t i = args.size() - nargs + (kind == kProduct ? 0 : 1);  // (args may be a longer stack's tail)
+  if (!args[i].isTensor() || !args[i + 1].isTensor()) return elements * kDenseWorkScale;
+  const at::Tensor& a = args[i].toTensor();
+  const at::Tensor& b = args[i + 1].toTensor();
   if (!a.defined() || !b.defined() || b.dim() < 2) return elements * kDenseWorkScale;
   return a.numel() * b.size(-1) / kMatrixMacsPerElement;
 }

@@ -166,15 +166,32 @@ class TestNonBlocking:
         assert torch.equal(out, torch.arange(1000))
 
     @pytest.mark.needs_async
-    def test_pageable_copy_is_synchronous(self):
+    def test_a_non_blocking_copy_from_pageable_memory_is_staged_at_the_call(self):
+        # as a driver stages a pageable buffer for its DMA: the bytes are
+        # taken at the call, and the copy queues behind the held stream
+        src = torch.arange(100.0)
+        nc = torch.arange(24.0).view(2, 3, 4).permute(2, 0, 1)  # (not dense: made contiguous first)
+        gate = self._hold_stream()
+        dst = src.to("mtia", non_blocking=True)
+        dst_nc = nc.to("mtia", non_blocking=True)
+        assert not torch.mtia.current_stream().query()
+        expect, expect_nc = src.clone(), nc.clone()
+        src.fill_(-1)  # after the call: not what the device receives
+        nc.fill_(-1)
+        gate.release()
+        assert torch.equal(dst.cpu(), expect)
+        assert torch.equal(dst_nc.cpu(), expect_nc)
+
+    @pytest.mark.needs_async
+    @pytest.mark.parametrize("how", ["blocking", "over 64 MiB"])
+    def test_a_blocking_or_large_copy_from_pageable_memory_waits_for_the_stream(self, how):
+        import threading
         import time
 
-        import threading
-
-        src = torch.arange(100.0)
+        src = torch.arange(100.0) if how == "blocking" else torch.ones((64 << 20) // 4 + 1)
         threading.Timer(0.3, self._hold_stream().release).start()
         t0 = time.perf_counter()
-        dst = src.to("mtia", non_blocking=True)  # pageable: waits until consumed
+        dst = src.to("mtia", non_blocking=how != "blocking")  # waits until consumed
         assert time.perf_counter() - t0 >= 0.25
         assert torch.mtia.current_stream().query()
         assert torch.equal(dst.cpu(), src)

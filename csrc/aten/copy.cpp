@@ -3,6 +3,8 @@
 //
 // Byte transfers go through the runtime's memcpy on the current stream; layout
 // and dtype changes run as device tasks (a strided copy kernel) on the stream.
+#include <cstring>
+
 #include <ATen/MemoryOverlap.h>
 #include <ATen/ops/copy.h>
 #include <ATen/ops/empty.h>
@@ -16,6 +18,7 @@
 #include "aten/ops.h"
 #include "aten/threads.h"
 #include "runtime/errors.h"
+#include "runtime/graphs.h"
 #include "runtime/host_allocator.h"
 #include "runtime/host_views.h"
 #include "runtime/stream.h"
@@ -89,6 +92,13 @@ at::Tensor denseOnDevice(const at::Tensor& src, at::ScalarType dtype, const at::
   return tmp;
 }
 
+// A non_blocking copy from pageable memory of up to this many bytes is
+// staged: copied into pinned memory at the call, as a driver stages a
+// pageable buffer for its DMA, and queued as a pinned copy (no wait for the
+// stream). A larger one waits for the stream, as a copy without
+// non_blocking does.
+constexpr size_t kStagedCopyMaxBytes = size_t{64} << 20;
+
 void copyHostToDevice(const at::Tensor& dst, const at::Tensor& src, bool non_blocking) {
   auto dev = dst.device().index();
   c10::DeviceGuard guard(dst.device());
@@ -96,6 +106,12 @@ void copyHostToDevice(const at::Tensor& dst, const at::Tensor& src, bool non_blo
   // host side: the bytes to transfer, dense
   at::Tensor hs = isDense(src) ? src : src.contiguous().resolve_conj().resolve_neg();
   bool async = non_blocking && pinned && hs.is_same(src);
+  if (non_blocking && !async && spanBytes(hs) <= kStagedCopyMaxBytes && !isCapturing(dev)) {
+    at::Tensor staged = at::empty_strided(hs.sizes(), hs.strides(), hs.options().pinned_memory(true));
+    if (hs.numel() > 0) std::memcpy(staged.data_ptr(), hs.data_ptr(), spanBytes(hs));
+    hs = staged;
+    async = true;
+  }
   auto stream = streamId(currentStream(dev));
   at::Tensor target = sameLayout(dst, hs) ? dst : emptyDeviceLike(hs, hs.scalar_type(), dev, true);
   enqueueMemcpy(target, hs, omr::CopyKind::kHostToDevice, dev, stream);

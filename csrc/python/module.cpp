@@ -1,5 +1,13 @@
 // The openmtia._C Python module. Loading it registers everything (hooks,
 // guard, allocator, kernels, fallback) through static initializers.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <thread>
+
+#include <ATen/Parallel.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/csrc/Dtype.h>
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/Generator.h>
@@ -50,6 +58,7 @@ PYBIND11_MODULE(_C, m) {
     // A launch into a full queue waits without holding the GIL.
     omr::setWaitHook([](void (*wait)(void*), void* arg) { openmtia::withoutGil([&] { wait(arg); }); });
     omr::setIdleHook(openmtia::endThreadTeam);  // (threads.cpp)
+    openmtia::kernelsLeaveHostCores();  // OPENMTIA_KERNEL_THREADS: a bad value raises at import
   }
   m.def("_default_generators", [] {
     py::tuple out(openmtia::deviceCount());
@@ -114,6 +123,36 @@ PYBIND11_MODULE(_C, m) {
     for (size_t i = stack.size(); i < formal.size() && formal[i].default_value(); ++i)
       stack.push_back(*formal[i].default_value());  // the rest: their defaults
     return openmtia::kernelWork(op, stack, openmtia::workElements(stack));
+  });
+  // a task on the current stream that, after sleeping delay_s, sets its
+  // threads as a kernel over `work` elements does, again and again for 20 ms,
+  // and records the fewest threads it got and the most host threads it saw
+  // at work (useKernelThreads; a most and a fewest: a host thread at work
+  // may be off its core for a moment on a loaded host), for tests
+  struct KernelThreadsProbe {
+    std::atomic<int> fewest_threads{-1};
+    std::atomic<int> most_active_hosts{-1};
+  };
+  py::class_<KernelThreadsProbe, std::shared_ptr<KernelThreadsProbe>>(m, "_KernelThreadsProbe")
+      .def_property_readonly("fewest_threads", [](const KernelThreadsProbe& p) { return p.fewest_threads.load(); })
+      .def_property_readonly("most_active_hosts",
+                             [](const KernelThreadsProbe& p) { return p.most_active_hosts.load(); });
+  m.def("_probe_kernel_threads", [](int64_t work, double delay_s) {
+    auto probe = std::make_shared<KernelThreadsProbe>();
+    const auto device = c10::impl::getDeviceGuardImpl(c10::DeviceType::MTIA)->getDevice().index();
+    openmtia::launchOnCurrentStream(device, "kernel_threads_probe", [probe, work, delay_s] {
+      std::this_thread::sleep_for(std::chrono::duration<double>(delay_s));
+      int fewest = 1 << 20, most = 0;
+      for (auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(20);
+           std::chrono::steady_clock::now() < until;) {
+        openmtia::useKernelThreads(work);
+        fewest = std::min(fewest, at::get_num_threads());
+        most = std::max(most, omr::activeHostThreads());
+      }
+      probe->fewest_threads = fewest;
+      probe->most_active_hosts = most;
+    });
+    return probe;
   });
   // bf16/fp16 activations through the fused kernel (low_precision/activations.h)
   m.def("_fused_activation_calls", &openmtia::fusedActivationCalls);

@@ -40,24 +40,9 @@
 // product of two 37x37 matrices went parallel: the DLRM step's small
 // linear layers, run beside other streams' work and the host thread, took
 // 200 us each instead of 15.
-//
-// The device's cores are the host's: a kernel over 64K elements (up to 1M,
-// kSharedCoresParallelWork) leaves the host threads at work their cores
-// (omr::activeHostThreads(): those that launched in the last 0.5 ms and are
-// not waiting for the device). With the host thread launching small kernels
-// on a 2-core VM, a parallel region's two threads and the host thread took
-// turns on two cores, the region's threads spinning at its barriers for the
-// one without a core: the DLRM train step's median (150 steps, 5 runs each,
-// alternating) was 11.7 ms with every thread, 8.5 ms now (CPU 6.7 ms).
-// OPENMTIA_KERNEL_THREADS=all: every thread from kParallelWork. A worker
-// that goes from many threads to one ends its team (libgomp spins an idle
-// team's threads ~15 ms here before they sleep).
 // A program's own CPU work on its threads still makes teams of its own
 // (the device's threads then sleep between regions again).
 #include <dlfcn.h>
-
-#include <algorithm>
-#include <cstdlib>
 
 #include <string>
 #include <unordered_set>
@@ -102,18 +87,6 @@ const ThreadControls& controls() {
 
 }  // namespace
 
-bool kernelsLeaveHostCores() {
-  static const bool leave = [] {
-    const char* v = std::getenv("OPENMTIA_KERNEL_THREADS");
-    const std::string policy = v ? v : "";
-    TORCH_CHECK(policy.empty() || policy == "host" || policy == "all",
-                "OPENMTIA_KERNEL_THREADS must be 'host' (the default: a kernel leaves the host threads at work their "
-                "cores) or 'all' (every kernel over kParallelWork uses every thread), not '", policy, "'");
-    return policy != "all";
-  }();
-  return leave;
-}
-
 int64_t workElements(const std::vector<c10::IValue>& values) {
   int64_t n = 0;
   for (const auto& v : values) {
@@ -153,28 +126,29 @@ int64_t kernelWork(const c10::OperatorHandle& op, const std::vector<c10::IValue>
 }
 
 void useKernelThreads(int64_t work_elements) {
-  // The setting is per thread and changed only when it must: a run of
-  // kernels on as many threads pays for the switch once (the calls cost
-  // microseconds, as much as a small kernel). 0: the program's own count.
-  thread_local int current = 0;
-  thread_local int program_omp = 0;  // the thread's count before the first change
+  // The setting is per thread and changed only when it must: a run of small
+  // kernels pays for the switch once (the calls cost microseconds, as much as
+  // a small kernel).
+  thread_local bool serial = false;
+  thread_local int default_omp = 0;
   const auto& c = controls();
-  if (!c.omp_set) return;
-  if (current == 0) program_omp = c.omp_get();
-  int want = 1;
-  if (work_elements >= kSharedCoresParallelWork || (work_elements >= kParallelWork && !kernelsLeaveHostCores()))
-    want = program_omp;
-  else if (work_elements >= kParallelWork)  // every core the host threads at work do not use (runtime.h)
-    want = std::max(1, program_omp - omr::activeHostThreads());
-  if (want >= program_omp) want = 0;
-  if (want == current) return;
-  // From many threads to one: the team ends (libgomp spins an idle team's
-  // threads for its next region, up to ~15 ms here, on the cores of the
-  // host threads and of this thread's next kernels; a new team costs ~50 us)
-  if (want == 1 && current != 1) endThreadTeam();
-  c.omp_set(want == 0 ? program_omp : want);
-  if (c.mkl_set_local) c.mkl_set_local(want);  // 0: MKL's global setting again
-  current = want;
+  const bool want_serial = work_elements < kParallelWork;
+  if (!c.omp_set || want_serial == serial) return;
+  if (want_serial) {
+    // From many threads to one: the team ends. libgomp spins an idle team's
+    // threads for their next region up to ~15 ms here (300K pauses) before
+    // they sleep, on the cores the host thread and the next kernels need: in
+    // the DLRM train step the worker and its team's second thread spent ~40%
+    // of the worker's time in the barrier's spin loop. A new team costs ~50us.
+    endThreadTeam();
+    default_omp = c.omp_get();
+    c.omp_set(1);
+    if (c.mkl_set_local) c.mkl_set_local(1);
+  } else {
+    c.omp_set(default_omp);
+    if (c.mkl_set_local) c.mkl_set_local(0);  // 0: MKL's global setting again
+  }
+  serial = want_serial;
 }
 
 void endThreadTeam() {

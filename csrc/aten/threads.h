@@ -17,10 +17,6 @@ constexpr int64_t kParallelWork = int64_t{1} << 16;
 // An element of a transcendental kernel's (or a convolution's) counts this
 // many times (its work grows faster).
 constexpr int64_t kDenseWorkScale = 16;
-// Kernels over this much work or more use every thread even while host
-// threads are at work (see useKernelThreads): their parallel regions are
-// long enough to pay for sharing the host's cores.
-constexpr int64_t kSharedCoresParallelWork = 16 * kParallelWork;
 // A product of matrices (mm, addmm, bmm, baddbmm, addbmm) runs on every
 // thread from this many multiply-adds: below it, a parallel region costs
 // more than it saves (see threads.cpp). Its work counts as its multiply-adds
@@ -36,15 +32,10 @@ int64_t workElements(const std::vector<c10::IValue>& values);
 int64_t kernelWork(const c10::OperatorHandle& op, const std::vector<c10::IValue>& args, int64_t elements);
 // Sets how many threads the OpenMP and MKL parallel regions of the calling
 // (worker) thread use for a kernel over `work_elements` elements: one below
-// kParallelWork; otherwise the program's thread count less the host threads
-// at work now (omr::activeHostThreads(): their cores are theirs), at least
-// one, or all of them under OPENMTIA_KERNEL_THREADS=all
-// (kernelsLeaveHostCores()). Every kernel task calls it first. (Elements
-// count as work, except where kernelWork() says more.)
+// kParallelWork, all of them otherwise; going from all to one ends the
+// thread's OpenMP team (endThreadTeam). Every kernel task calls it first.
+// (Elements count as work, except where kernelWork() says more.)
 void useKernelThreads(int64_t work_elements);
-// Whether kernels leave the host threads at work their cores
-// (OPENMTIA_KERNEL_THREADS=host, the default), or use every thread ("all").
-bool kernelsLeaveHostCores();
 // Ends the calling thread's OpenMP team, if it has one (its threads exit;
 // its next parallel region makes a new team). A stream worker's idle hook.
 void endThreadTeam();

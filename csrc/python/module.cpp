@@ -1,6 +1,5 @@
 // The openmtia._C Python module. Loading it registers everything (hooks,
 // guard, allocator, kernels, fallback) through static initializers.
-#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -58,7 +57,6 @@ PYBIND11_MODULE(_C, m) {
     // A launch into a full queue waits without holding the GIL.
     omr::setWaitHook([](void (*wait)(void*), void* arg) { openmtia::withoutGil([&] { wait(arg); }); });
     omr::setIdleHook(openmtia::endThreadTeam);  // (threads.cpp)
-    openmtia::kernelsLeaveHostCores();  // OPENMTIA_KERNEL_THREADS: a bad value raises at import
   }
   m.def("_default_generators", [] {
     py::tuple out(openmtia::deviceCount());
@@ -124,33 +122,21 @@ PYBIND11_MODULE(_C, m) {
       stack.push_back(*formal[i].default_value());  // the rest: their defaults
     return openmtia::kernelWork(op, stack, openmtia::workElements(stack));
   });
-  // a task on the current stream that, after sleeping delay_s, sets its
-  // threads as a kernel over `work` elements does, again and again for 20 ms,
-  // and records the fewest threads it got and the most host threads it saw
-  // at work (useKernelThreads; a most and a fewest: a host thread at work
-  // may be off its core for a moment on a loaded host), for tests
+  // a task on the current stream that sets its threads as a kernel over
+  // `work` elements does (useKernelThreads), records how many it got, then
+  // holds the stream for hold_s seconds, for tests
   struct KernelThreadsProbe {
-    std::atomic<int> fewest_threads{-1};
-    std::atomic<int> most_active_hosts{-1};
+    std::atomic<int> threads{-1};
   };
   py::class_<KernelThreadsProbe, std::shared_ptr<KernelThreadsProbe>>(m, "_KernelThreadsProbe")
-      .def_property_readonly("fewest_threads", [](const KernelThreadsProbe& p) { return p.fewest_threads.load(); })
-      .def_property_readonly("most_active_hosts",
-                             [](const KernelThreadsProbe& p) { return p.most_active_hosts.load(); });
-  m.def("_probe_kernel_threads", [](int64_t work, double delay_s) {
+      .def_property_readonly("threads", [](const KernelThreadsProbe& p) { return p.threads.load(); });
+  m.def("_probe_kernel_threads", [](int64_t work, double hold_s) {
     auto probe = std::make_shared<KernelThreadsProbe>();
     const auto device = c10::impl::getDeviceGuardImpl(c10::DeviceType::MTIA)->getDevice().index();
-    openmtia::launchOnCurrentStream(device, "kernel_threads_probe", [probe, work, delay_s] {
-      std::this_thread::sleep_for(std::chrono::duration<double>(delay_s));
-      int fewest = 1 << 20, most = 0;
-      for (auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(20);
-           std::chrono::steady_clock::now() < until;) {
-        openmtia::useKernelThreads(work);
-        fewest = std::min(fewest, at::get_num_threads());
-        most = std::max(most, omr::activeHostThreads());
-      }
-      probe->fewest_threads = fewest;
-      probe->most_active_hosts = most;
+    openmtia::launchOnCurrentStream(device, "kernel_threads_probe", [probe, work, hold_s] {
+      openmtia::useKernelThreads(work);
+      probe->threads = at::get_num_threads();
+      std::this_thread::sleep_for(std::chrono::duration<double>(hold_s));
     });
     return probe;
   });

@@ -29,7 +29,6 @@
 
 #include "openmtia/driver.h"
 #include "openmtia/runtime.h"
-#include "host_activity.h"
 
 namespace omr {
 
@@ -365,20 +364,7 @@ StreamId streamFromPool(int device, int priority) {
 
 size_t launchQueueDepth() { return loadedDriver().queue_depth; }
 
-namespace {
-std::atomic<WaitHook> g_wait_hook{nullptr};  // setWaitHook's
-// Every wait for room in a launch queue: the thread is waiting, not at work
-void waitForRoom(void (*wait)(void*), void* arg) {
-  host_activity::WaitScope waiting;
-  if (WaitHook hook = g_wait_hook.load(std::memory_order_relaxed)) hook(wait, arg);
-  else wait(arg);
-}
-}  // namespace
-
-void setWaitHook(WaitHook hook) {
-  g_wait_hook.store(hook);
-  check(T().set_wait_hook(&waitForRoom));
-}
+void setWaitHook(WaitHook hook) { check(T().set_wait_hook(hook)); }
 
 void setIdleHook(IdleHook hook) { check(T().set_idle_hook(hook)); }
 
@@ -402,7 +388,6 @@ void launch(int device, StreamId stream, const char* name, HostTask task) {
   a.user = task.user;
   a.destroy = task.destroy;
   a.name = name;
-  host_activity::noteLaunch();
   OmtiaStatus st = T().launch_host_func(s, &a);
   if (st != OMTIA_SUCCESS) {  // not launched: still ours
     std::exception_ptr error;
@@ -417,7 +402,6 @@ void launch(int device, StreamId stream, const char* name, HostTask task) {
   if (loadedDriver().launch_blocking) {
     int capturing = 0;
     check(T().stream_is_capturing(s, &capturing));
-    host_activity::WaitScope waiting;
     if (!capturing) check(T().stream_synchronize(s));  // raise at the failing task
   }
 }
@@ -437,21 +421,15 @@ bool streamQuery(int device, StreamId stream) {
   return true;
 }
 
-void streamSynchronize(int device, StreamId stream) {
-  OmtiaStream s = handle(device, stream);
-  host_activity::WaitScope waiting;
-  check(T().stream_synchronize(s));
-}
+void streamSynchronize(int device, StreamId stream) { check(T().stream_synchronize(handle(device, stream))); }
 
 void deviceSynchronize(int device) {
   checkDevice(device);
-  host_activity::WaitScope waiting;
   check(T().device_synchronize(device));
 }
 
 void deviceWaitIdle(int device) {
   checkDevice(device);
-  host_activity::WaitScope waiting;
   check(T().device_wait_idle(device));
 }
 
@@ -541,10 +519,7 @@ bool eventQuery(Event* event) {
   return true;
 }
 
-void eventSynchronize(Event* event) {
-  host_activity::WaitScope waiting;
-  check(T().event_synchronize(event->handle));
-}
+void eventSynchronize(Event* event) { check(T().event_synchronize(event->handle)); }
 
 double eventElapsedMs(Event* start, Event* end) {
   double ms = 0;
@@ -572,12 +547,10 @@ OmtiaCopyKind kindOf(CopyKind kind) {
 }  // namespace
 
 void memcpy(void* dst, const void* src, size_t bytes, CopyKind kind) {
-  host_activity::WaitScope waiting;
   check(T().memcpy(dst, src, bytes, kindOf(kind)));
 }
 
 void memcpyAsync(void* dst, const void* src, size_t bytes, CopyKind kind, int device, StreamId stream) {
-  host_activity::noteLaunch();
   check(T().memcpy_async(dst, src, bytes, kindOf(kind), handle(device, stream)));
 }
 

@@ -219,11 +219,6 @@ bool launchBlocking();
 // Whether the calling thread is a stream worker (it runs tasks), not a host
 // thread that launches them.
 bool onStreamWorker() noexcept;
-// How many host threads use a core now: those that launched work in the
-// last half millisecond and are not waiting for the device (a synchronize,
-// a blocking copy, room in a launch queue). A kernel on the host's cores
-// leaves them theirs (csrc/aten/threads.cpp; client/host_activity.cpp).
-int activeHostThreads() noexcept;
 bool streamQuery(int device, StreamId stream);
 void streamSynchronize(int device, StreamId stream);
 void deviceSynchronize(int device);  // all streams of the device

@@ -262,6 +262,52 @@ def stream_semantics(rank, world, port):
     assert work.is_completed() and work.is_success()
     close_equal(t[:4], torch.full((4,), 6.0), "all_reduce ordered between queued work")
 
+    # its future, as NCCL's: complete at the call; waiting for it (wait, value,
+    # then) makes the waiting stream wait, not the host
+    t * 2  # (warm)
+    torch.mtia.synchronize()
+    gate = _C_test.launch_blocking_task(dev.index, 30.0)
+    t.fill_(rank + 1)
+    t0 = time.perf_counter()
+    fut = dist.all_reduce(t, async_op=True).get_future()
+    out = fut.wait()[0]
+    doubled = fut.then(lambda f: f.value()[0] * 2)
+    u = doubled.wait()
+    returned = time.perf_counter() - t0
+    time.sleep(0.2)
+    still_pending = not torch.mtia.current_stream().query()
+    gate.release()
+    torch.mtia.synchronize()
+    assert returned < 0.15, f"a collective's future.wait() blocked the host for {returned:.3f} s"
+    assert still_pending and out is t
+    close_equal(t[:4], torch.full((4,), 3.0), "all_reduce through its future")
+    close_equal(u[:4], torch.full((4,), 6.0), "the future's then()")
+
+    # DDP: backward returns without waiting for the device (its buckets'
+    # futures are device futures); the step equals CPU's
+    torch.manual_seed(0)
+    cpu_model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    ddp = torch.nn.parallel.DistributedDataParallel(copy.deepcopy(cpu_model).to(dev), device_ids=[dev])
+    xs = [torch.randn(8, 16, generator=torch.Generator().manual_seed(r)) for r in range(world)]
+    for _ in range(2):  # (warm: first calls of each signature)
+        ddp.zero_grad()
+        ddp(xs[rank].to(dev)).square().sum().backward()
+    torch.mtia.synchronize()
+    ddp.zero_grad()
+    x = xs[rank].to(dev)
+    gate = _C_test.launch_blocking_task(dev.index, 30.0)
+    t0 = time.perf_counter()
+    ddp(x).square().sum().backward()
+    returned = time.perf_counter() - t0
+    time.sleep(0.2)
+    still_pending = not torch.mtia.current_stream().query()
+    gate.release()
+    torch.mtia.synchronize()
+    assert returned < 0.15 and still_pending, f"DDP's backward waited for the device ({returned:.3f} s)"
+    cpu_model(torch.cat(xs)).square().sum().div(world).backward()
+    for p, q in zip(ddp.module.parameters(), cpu_model.parameters()):
+        torch.testing.assert_close(p.grad.cpu(), q.grad, rtol=1e-5, atol=1e-5)
+
     # on a side stream: the collective follows that stream's work
     s = torch.mtia.Stream()
     x = torch.zeros(8, device=dev)
@@ -355,6 +401,15 @@ def errors(rank, world, port):
     work = dist.all_reduce(torch.ones(4 if rank == 0 else 6, device=dev), async_op=True)
     e = raises(lambda: work.wait(datetime.timedelta(seconds=20)), "collective mismatch")
     assert isinstance(e, dist.DistBackendError), type(e)
+    # through its future (a device future): waiting for it does not raise, the
+    # stream that waited raises at its next sync; a then() callback's stream
+    # (a pool stream) raises at the device's next synchronize
+    fut = dist.all_reduce(torch.ones(4 if rank == 0 else 6, device=dev), async_op=True).get_future()
+    fut.wait()
+    raises(lambda: torch.mtia.current_stream().synchronize(), "collective mismatch", "4 elements", "6 elements")
+    fut = dist.all_reduce(torch.ones(4 if rank == 0 else 6, device=dev), async_op=True).get_future()
+    fut.then(lambda f: f.value()[0] + 1).wait()
+    raises(torch.mtia.synchronize, "collective mismatch", "4 elements", "6 elements")
     t = torch.ones(4, device=dev)
     dist.all_reduce(t)
     close_equal(t, torch.full((4,), 2.0), "all_reduce after mismatches")

@@ -681,7 +681,13 @@ class MtiaBackend final : public c10d::Backend {
           stage_out.push_back(s);
           break;
         }
-    auto op = std::make_shared<CommOp>(name, std::move(outputs));
+    // A collective of device tensors gets a device-aware future, completed
+    // once its task is queued (below); the host's (CPU tensors, a host wait)
+    // a host future, completed by the Completer when the task is done.
+    WaitMode mode = (dev < 0 || host_wait) ? WaitMode::kHost : WaitMode::kStream;
+    std::vector<c10::Device> future_devices;
+    if (mode == WaitMode::kStream) future_devices.emplace_back(kMTIA, static_cast<c10::DeviceIndex>(exec));
+    auto op = std::make_shared<CommOp>(name, std::move(outputs), std::move(future_devices));
     if (dev >= 0 || host_wait) {
       // the communication stream waits for the caller's stream
       c10::DeviceIndex caller = static_cast<c10::DeviceIndex>(dev >= 0 ? dev : exec);
@@ -725,8 +731,10 @@ class MtiaBackend final : public c10d::Backend {
                              op->finish(std::current_exception());
                            }
                          }));
-    completer_->add(op);
-    WaitMode mode = (dev < 0 || host_wait) ? WaitMode::kHost : WaitMode::kStream;
+    if (mode == WaitMode::kStream)
+      op->completeOnStream(makeStream(static_cast<c10::DeviceIndex>(exec), stream));
+    else
+      completer_->add(op);
     return c10::make_intrusive<MtiaWork>(getRank(), type, nullptr, op, mode, exec);
   }
 

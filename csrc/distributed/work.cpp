@@ -1,42 +1,62 @@
 #include "openmtia/runtime.h"
 #include "distributed/work.h"
+#include "runtime/event_checks.h"
 #include "runtime/gil.h"
 #include "runtime/graphs.h"
 #include "runtime/stream.h"
 
 #include <ATen/core/ivalue.h>
+#include <c10/core/StreamGuard.h>
 #include <c10/util/Exception.h>
 
 
 namespace openmtia::dist {
 
-CommOp::CommOp(std::string name_, std::vector<at::Tensor> outputs_)
+CommOp::CommOp(std::string name_, std::vector<at::Tensor> outputs_, std::vector<c10::Device> devices)
     : name(std::move(name_)),
       outputs(std::move(outputs_)),
-      future(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
+      future(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()),
+                                                      std::move(devices))) {}
 
 void CommOp::finish(std::exception_ptr error) {
-  std::lock_guard<std::mutex> lk(mu_);
-  done_ = true;
-  error_ = std::move(error);
-  cv_.notify_all();
+  std::lock_guard<std::mutex> lk(outcome_->mu);
+  outcome_->done = true;
+  outcome_->error = std::move(error);
+  outcome_->cv.notify_all();
 }
 
-bool CommOp::waitDone(std::chrono::milliseconds timeout) {
-  std::unique_lock<std::mutex> lk(mu_);
-  if (timeout.count() > 0) return cv_.wait_for(lk, timeout, [this] { return done_; });
-  cv_.wait(lk, [this] { return done_; });
+EventCheck CommOp::failureCheck() const {
+  std::shared_ptr<Outcome> outcome = outcome_;
+  return std::make_shared<const std::function<void()>>([outcome] {
+    outcome->waitDone(std::chrono::milliseconds(0));
+    std::lock_guard<std::mutex> lk(outcome->mu);
+    if (outcome->error) throw std::runtime_error(describe(outcome->error));
+  });
+}
+
+void CommOp::completeOnStream(const c10::Stream& stream) {
+  c10::StreamGuard on(stream);
+  EventCheckScope scope(failureCheck());
+  future->markCompleted(c10::IValue(outputs));
+}
+
+bool CommOp::Outcome::waitDone(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lk(mu);
+  if (timeout.count() > 0) return cv.wait_for(lk, timeout, [this] { return done; });
+  cv.wait(lk, [this] { return done; });
   return true;
 }
 
+bool CommOp::waitDone(std::chrono::milliseconds timeout) { return outcome_->waitDone(timeout); }
+
 bool CommOp::isDone() {
-  std::lock_guard<std::mutex> lk(mu_);
-  return done_;
+  std::lock_guard<std::mutex> lk(outcome_->mu);
+  return outcome_->done;
 }
 
 std::exception_ptr CommOp::error() {
-  std::lock_guard<std::mutex> lk(mu_);
-  return error_;
+  std::lock_guard<std::mutex> lk(outcome_->mu);
+  return outcome_->error;
 }
 
 std::string describe(std::exception_ptr error) {
@@ -83,11 +103,8 @@ bool MtiaWork::wait(std::chrono::milliseconds timeout) {
 void MtiaWork::blockCurrentStream() {
   // The stream's worker waits, not the host; a failure of the collective
   // becomes the stream's error, raised at its next synchronization.
-  std::shared_ptr<CommOp> op = op_;
-  launchOnCurrentStream(static_cast<c10::DeviceIndex>(device_), "c10d_wait", [op] {
-    op->waitDone();
-    if (auto error = op->error()) throw std::runtime_error(describe(error));
-  });
+  launchOnCurrentStream(static_cast<c10::DeviceIndex>(device_), "c10d_wait",
+                        [check = op_->failureCheck()] { (*check)(); });
 }
 
 Completer::Completer() : thread_([this] { run(); }) {}

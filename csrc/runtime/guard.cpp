@@ -6,6 +6,7 @@
 #include "runtime/device.h"
 #include "runtime/device_allocator.h"
 #include "runtime/errors.h"
+#include "runtime/event_checks.h"
 #include "runtime/stream.h"
 
 namespace openmtia {
@@ -55,7 +56,9 @@ struct MTIAGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   }
 
   void destroyEvent(void* event, const c10::DeviceIndex) const noexcept override {
-    if (event) omr::eventDestroy(asEvent(event));
+    if (!event) return;
+    forgetEvent(event);
+    omr::eventDestroy(asEvent(event));
   }
   void record(void** event, const c10::Stream& stream, const c10::DeviceIndex device_index,
               const c10::EventFlag flag) const override {
@@ -64,10 +67,23 @@ struct MTIAGuardImpl final : public c10::impl::DeviceGuardImplInterface {
                 static_cast<int>(stream.device_index()), ".");
     if (!*event) *event = omr::eventCreate(flag == c10::EventFlag::BACKEND_DEFAULT);
     OMR_CALL(omr::eventRecord(asEvent(*event), stream.device_index(), streamId(stream)));
+    noteEventRecorded(*event);
   }
   void block(void* event, const c10::Stream& stream) const override {
     if (!event) return;
     OMR_CALL(omr::streamWaitEvent(stream.device_index(), streamId(stream), asEvent(event)));
+    if (EventCheck check = eventCheck(event)) {
+      // the waiting stream runs the event's check after its wait (event_checks.h)
+      c10::Stream previous = currentStream(stream.device_index());
+      setCurrentStream(stream);
+      try {
+        launchOnCurrentStream(stream.device_index(), "event_check", [check] { (*check)(); });
+      } catch (...) {
+        setCurrentStream(previous);
+        throw;
+      }
+      setCurrentStream(previous);
+    }
   }
   bool queryEvent(void* event) const override { return !event || omr::eventQuery(asEvent(event)); }
   void synchronizeEvent(void* event) const override {

@@ -28,7 +28,11 @@ NAME = "openmtia"
 
 def transport(store, rank, world_size, timeout):
     """The c10d backend that moves the bytes: collectives of host tensors
-    (views of the device memory, or staged copies of it)."""
+    (views of the device memory, or staged copies of it). A group of one
+    rank moves nothing between processes: its collectives run in their task
+    (csrc/distributed/local_transport.h)."""
+    if world_size == 1:
+        return _C._c10d_local_transport()
     return dist.ProcessGroupGloo(store, rank, world_size, timeout)
 
 
@@ -62,7 +66,7 @@ def _create_backend(store, rank, world_size, timeout):
     _sharded_tensors_know_their_mtia_device()
     data = transport(dist.PrefixStore("data/", store), rank, world_size, timeout)
     check = None
-    if os.environ.get("OPENMTIA_C10D_CHECK", "1") != "0":
+    if world_size > 1 and os.environ.get("OPENMTIA_C10D_CHECK", "1") != "0":  # (one rank: nothing to disagree with)
         check = dist.ProcessGroupGloo(dist.PrefixStore("check/", store), rank, world_size, timeout)
     # The rank's device: init_process_group's device_id, else the device of
     # its first collective's tensors (as NCCL guesses it).

@@ -184,6 +184,65 @@ def collectives(rank, world, port):
     dist.destroy_process_group()
 
 
+def one_rank(rank, world, port):
+    """A group of one rank (what DistributedModelParallel and DDP make in a
+    one-process job): every collective's result is its input's (a PREMUL_SUM's
+    scaled), computed without Gloo: the process has no Gloo thread."""
+    dev = init(rank, world, port)
+    x = torch.arange(12., device=dev).reshape(3, 4)
+    expect = torch.arange(12.).reshape(3, 4)
+    for op in (dist.ReduceOp.SUM, dist.ReduceOp.AVG, dist.ReduceOp.MAX, dist.ReduceOp.PRODUCT):
+        t = x.clone()
+        dist.all_reduce(t, op=op)
+        close_equal(t, expect, f"all_reduce {op}")
+    t = x.clone()
+    dist.all_reduce(t, op=dist._make_nccl_premul_sum(3.0))
+    close_equal(t, expect * 3, "all_reduce PREMUL_SUM")
+    t = x.clone()
+    dist.broadcast(t, src=0)
+    dist.reduce(t, dst=0)
+    close_equal(t, expect, "broadcast, reduce")
+    out = [torch.empty(3, 4, device=dev)]
+    dist.all_gather(out, x)
+    close_equal(out[0], expect, "all_gather")
+    out = torch.empty(4, 3, device=dev)
+    dist.all_gather_into_tensor(out, x.t())  # (a transposed input: its elements in its index order)
+    close_equal(out, expect.t(), "all_gather_into_tensor")
+    out = torch.empty(3, 4, device=dev)
+    dist.reduce_scatter(out, [x])
+    close_equal(out, expect, "reduce_scatter")
+    out = torch.empty(3, 4, device=dev)
+    dist.reduce_scatter_tensor(out, x, op=dist._make_nccl_premul_sum(2.0))
+    close_equal(out, expect * 2, "reduce_scatter_tensor PREMUL_SUM")
+    close_equal(x, expect, "reduce_scatter_tensor leaves its input")
+    out = torch.empty(12, device=dev)
+    dist.all_to_all_single(out, x.reshape(-1), [12], [12])
+    close_equal(out, expect.reshape(-1), "all_to_all_single")
+    outs = [torch.empty(5, device=dev)]
+    dist.all_to_all(outs, [torch.arange(5., device=dev)])
+    close_equal(outs[0], torch.arange(5.), "all_to_all")
+    g = [torch.empty(3, 4, device=dev)]
+    dist.gather(x, g, dst=0)
+    close_equal(g[0], expect, "gather")
+    out = torch.empty(3, 4, device=dev)
+    dist.scatter(out, [x + 1], src=0)
+    close_equal(out, expect + 1, "scatter")
+    c = torch.ones(3)
+    dist.all_reduce(c)
+    close_equal(c, torch.ones(3), "CPU tensor all_reduce")
+    dist.barrier()
+    # a collective is ordered on its stream: the result of work queued before it
+    t = torch.zeros(1 << 16, device=dev)
+    t.add_(5)
+    out = torch.empty_like(t)
+    dist.all_to_all_single(out, t)
+    out.mul_(2)
+    close_equal(out[:3], torch.full((3,), 10.0), "all_to_all_single between queued work")
+    names = {open(f"/proc/self/task/{tid}/comm").read().strip() for tid in os.listdir("/proc/self/task")}
+    assert not any("gloo" in n for n in names), f"a group of one made Gloo threads: {sorted(names)}"
+    dist.destroy_process_group()
+
+
 def init_forms(rank, world, port, form):
     """init_process_group's ways of naming (or not naming) the backend."""
     os.environ["MASTER_ADDR"] = "127.0.0.1"

@@ -51,6 +51,10 @@ def test_collectives():
 
 
 @pytest.mark.needs_async
+def test_a_group_of_one_rank_runs_its_collectives_without_gloo():
+    spawn(dist_workers.one_rank, world=1)
+
+
 def test_both_ranks_sending_first_do_not_deadlock():
     spawn(dist_workers.sends_first)
 

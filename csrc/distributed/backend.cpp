@@ -28,6 +28,7 @@
 
 #include "openmtia/runtime.h"
 #include "distributed/backend.h"
+#include "distributed/local_transport.h"
 #include "distributed/work.h"
 #include "runtime/device.h"
 #include "runtime/device_access.h"
@@ -763,6 +764,8 @@ void initDistributedBindings(py::module& m) {
       py::arg("transport"), py::arg("check"), py::arg("rank"), py::arg("size"), py::arg("device"),
       "openmtia's c10d backend over a transport (a c10d backend of host tensors: Gloo) and a Gloo group for the "
       "call signatures (or None)");
+  m.def("_c10d_local_transport", &makeLocalTransport,
+        "the transport of a process group of one rank: collectives run in their task, no Gloo");
 }
 
 }  // namespace openmtia::dist

@@ -9,14 +9,17 @@ The backend (csrc/distributed/) runs each collective as a task on a
 communication stream of the device, over the device memory itself, through a
 *transport*: any c10d backend of host (CPU) tensors, made by ``transport()``
 below. It is Gloo, the engine shipped in the torch wheel; a port to a device
-with its own collectives replaces ``transport()``. A second, tiny Gloo group exchanges each call's signature
-(op, dtype, sizes) so that a mismatch across ranks raises on every rank;
-``OPENMTIA_C10D_CHECK=0`` turns that exchange off.
+with its own collectives replaces ``transport()``. Each collective's task
+first exchanges the call's signature (op, dtype, sizes) with every rank over
+sockets made here (``signature_mesh()``), and sends and receives tell their
+sizes on a second, tiny Gloo group, so that a mismatch across ranks raises
+on every rank; ``OPENMTIA_C10D_CHECK=0`` turns both off.
 
 Gloo picks its network interface as usual: ``GLOO_SOCKET_IFNAME`` names it.
 """
 
 import os
+import socket
 
 import torch
 import torch.distributed as dist
@@ -62,15 +65,89 @@ def _sharded_tensors_know_their_mtia_device():
     api._SHARDED_OPS[getter] = device
 
 
+def _interface_address(name):
+    """The IPv4 address of network interface `name` (SIOCGIFADDR)."""
+    import fcntl
+    import struct
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        req = struct.pack("256s", name.encode()[:15])
+        return socket.inet_ntoa(fcntl.ioctl(s.fileno(), 0x8915, req)[20:24])
+
+
+def _local_address():
+    """The address other ranks reach this one at: that of Gloo's interface
+    (GLOO_SOCKET_IFNAME), else the one this host reaches MASTER_ADDR from."""
+    ifname = os.environ.get("GLOO_SOCKET_IFNAME")
+    if ifname:
+        return _interface_address(ifname.split(",")[0])
+    master = os.environ.get("MASTER_ADDR")
+    if master:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect((socket.gethostbyname(master), 9))  # (no packet is sent: it picks the route)
+            return s.getsockname()[0]
+    return socket.gethostbyname(socket.gethostname())
+
+
+def _recv_exact(sock, n):
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise RuntimeError("openmtia: a rank closed its signature connection while the group was being made")
+        data += chunk
+    return data
+
+
+def signature_mesh(store, rank, world_size, timeout):
+    """A connected TCP socket to every other rank (their file descriptors,
+    -1 for this rank), for the signatures of collectives
+    (csrc/distributed/signature_mesh.h): each rank listens, publishes its
+    address in the group's store, connects to the ranks below it and accepts
+    the ranks above it."""
+    import struct
+
+    seconds = timeout.total_seconds()
+    addr = _local_address()
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as server:
+        server.bind((addr, 0))
+        server.listen(world_size)
+        server.settimeout(seconds)
+        store.set(f"mesh/{rank}", f"{addr}:{server.getsockname()[1]}")
+        fds = [-1] * world_size
+        try:
+            for peer in range(rank):
+                host, port = store.get(f"mesh/{peer}").decode().rsplit(":", 1)
+                s = socket.create_connection((host, int(port)), timeout=seconds)
+                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                s.sendall(struct.pack("<i", rank))
+                s.settimeout(None)
+                fds[peer] = s.detach()
+            for _ in range(rank + 1, world_size):
+                s, _ = server.accept()
+                s.settimeout(seconds)
+                peer = struct.unpack("<i", _recv_exact(s, 4))[0]
+                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                s.settimeout(None)
+                fds[peer] = s.detach()
+        except BaseException:
+            for fd in fds:
+                if fd >= 0:
+                    os.close(fd)
+            raise
+    return fds
+
+
 def _create_backend(store, rank, world_size, timeout):
     _sharded_tensors_know_their_mtia_device()
     data = transport(dist.PrefixStore("data/", store), rank, world_size, timeout)
-    check = None
+    check = mesh = None
     if world_size > 1 and os.environ.get("OPENMTIA_C10D_CHECK", "1") != "0":  # (one rank: nothing to disagree with)
         check = dist.ProcessGroupGloo(dist.PrefixStore("check/", store), rank, world_size, timeout)
+        mesh = signature_mesh(dist.PrefixStore("check/", store), rank, world_size, timeout)
     # The rank's device: init_process_group's device_id, else the device of
     # its first collective's tensors (as NCCL guesses it).
-    return _C._c10d_backend(data, check, rank, world_size, -1)
+    return _C._c10d_backend(data, check, mesh, rank, world_size, -1, timeout.total_seconds())
 
 
 def register():

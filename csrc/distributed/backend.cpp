@@ -11,10 +11,11 @@
 // stream wait for that task; the host goes on. Gloo's own process group is
 // held inside and never sees an mtia tensor.
 //
-// Before the data moves, every rank's signature of the call (op, dtype,
-// element count, shapes, root, reduce op) is exchanged on a second, tiny Gloo
-// group, started when the call is issued: a mismatch across ranks raises a
-// clear error on every rank instead of letting Gloo abort the process.
+// Before the data moves, the collective's task exchanges every rank's
+// signature of the call (op, dtype, element count, shapes, root, reduce op)
+// over sockets to the other ranks (signature_mesh.h): a mismatch across ranks
+// raises a clear error on every rank instead of letting Gloo abort the
+// process. Sends and receives tell their sizes on a second, tiny Gloo group.
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/utils/pybind.h>
 
@@ -24,11 +25,13 @@
 #include <cxxabi.h>
 
 #include <array>
+#include <atomic>
 #include <sstream>
 
 #include "openmtia/runtime.h"
 #include "distributed/backend.h"
 #include "distributed/local_transport.h"
+#include "distributed/signature_mesh.h"
 #include "distributed/work.h"
 #include "runtime/device.h"
 #include "runtime/device_access.h"
@@ -112,9 +115,14 @@ std::optional<double> premulToSum(c10d::ReduceOp& op) {
 
 class MtiaBackend final : public c10d::Backend {
  public:
-  MtiaBackend(c10::intrusive_ptr<c10d::Backend> transport, c10::intrusive_ptr<c10d::Backend> check, int rank, int size,
-              int device)
-      : Backend(rank, size), transport_(std::move(transport)), check_(std::move(check)), completer_(new Completer()) {
+  MtiaBackend(c10::intrusive_ptr<c10d::Backend> transport, c10::intrusive_ptr<c10d::Backend> check,
+              std::shared_ptr<SignatureMesh> mesh, int rank, int size, int device, std::chrono::milliseconds timeout)
+      : Backend(rank, size),
+        transport_(std::move(transport)),
+        check_(std::move(check)),
+        mesh_(std::move(mesh)),
+        timeout_ms_(timeout.count()),
+        completer_(new Completer()) {
     if (device >= 0) bindDevice(device);
   }
 
@@ -150,6 +158,7 @@ class MtiaBackend final : public c10d::Backend {
   void setTimeout(std::chrono::milliseconds timeout) override {
     transport_->setTimeout(timeout);
     if (check_) check_->setTimeout(timeout);
+    timeout_ms_ = timeout.count();
   }
 
   WorkPtr broadcast(Tensors& tensors, const c10d::BroadcastOptions& opts) override {
@@ -622,8 +631,7 @@ class MtiaBackend final : public c10d::Backend {
   }
 
   // Every rank's signature, fetched by the task before the data moves.
-  static void compareSignatures(const at::Tensor& all, int size, int rank, const std::string& sizes) {
-    const int64_t* rows = all.data_ptr<int64_t>();
+  static void compareSignatures(const int64_t* rows, int size, int rank, const std::string& sizes) {
     const int64_t* mine = rows + rank * kSig;
     uint64_t sends = 0, expects = 0;
     for (int r = 0; r < size; ++r) {
@@ -661,17 +669,13 @@ class MtiaBackend final : public c10d::Backend {
       TORCH_CHECK(!isCapturing(static_cast<c10::DeviceIndex>(dev)), "openmtia: ", name,
                   " cannot be captured into an MTIAGraph");
 
-    // The signature exchange starts now, on the host, while earlier device
-    // work runs; the task waits for it.
-    WorkPtr check_work;
-    at::Tensor all_sigs;
-    if (check_ && sig && getSize() > 1) {  // (one rank: nothing to disagree with)
+    // The task exchanges the signature on the mesh before the data moves.
+    std::shared_ptr<SignatureMesh> mesh;
+    if (mesh_ && sig && getSize() > 1) {  // (one rank: nothing to disagree with)
       (*sig)[kSeq] = static_cast<int64_t>(++seq_);
-      at::Tensor mine = at::empty({kSig}, at::kLong);
-      std::copy(sig->begin(), sig->end(), mine.data_ptr<int64_t>());
-      all_sigs = at::empty({getSize() * kSig}, at::kLong);
-      check_work = check_->_allgather_base(all_sigs, mine, c10d::AllgatherOptions());
+      mesh = mesh_;
     }
+    std::chrono::milliseconds timeout(timeout_ms_.load());
 
     // the staged buffers of this op's tensors (hostViews), and which go back (the outputs')
     std::vector<Staged> stage_in = std::move(staging_), stage_out;
@@ -713,12 +717,13 @@ class MtiaBackend final : public c10d::Backend {
     }
     int size = getSize(), rank = getRank();
     OMR_CALL(omr::launch(exec, stream, (std::string("c10d:") + name).c_str(),
-                         [op, run = std::move(run), check_work, all_sigs, size, rank, sizes = std::move(sizes),
+                         [op, run = std::move(run), mesh, sig, timeout, size, rank, sizes = std::move(sizes),
                           stage_in = std::move(stage_in), stage_out = std::move(stage_out)] {
                            try {
-                             if (check_work) {
-                               check_work->wait();
-                               compareSignatures(all_sigs, size, rank, sizes);
+                             if (mesh) {
+                               std::vector<int64_t> all(static_cast<size_t>(size) * kSig);
+                               mesh->exchange(sig->data(), all.data(), kSig, timeout);
+                               compareSignatures(all.data(), size, rank, sizes);
                              }
                              for (const Staged& s : stage_in) s.host.copy_(s.device);
                              WorkPtr w = run();
@@ -739,7 +744,9 @@ class MtiaBackend final : public c10d::Backend {
     return c10::make_intrusive<MtiaWork>(getRank(), type, nullptr, op, mode, exec);
   }
 
-  c10::intrusive_ptr<c10d::Backend> transport_, check_;
+  c10::intrusive_ptr<c10d::Backend> transport_, check_;  // check_: the sizes of sends and receives
+  std::shared_ptr<SignatureMesh> mesh_;                  // the signatures of collectives
+  std::atomic<int64_t> timeout_ms_;
   std::unique_ptr<Completer> completer_;
   int device_ = -1;
   omr::StreamId comm_stream_ = 0, send_stream_ = 0, recv_stream_ = 0;
@@ -752,18 +759,23 @@ class MtiaBackend final : public c10d::Backend {
 void initDistributedBindings(py::module& m) {
   m.def(
       "_c10d_backend",
-      [](py::object transport, py::object check, int rank, int size, int device) {
+      [](py::object transport, py::object check, std::optional<std::vector<int>> mesh_fds, int rank, int size,
+         int device, double timeout_s) {
         auto unwrap = [](py::object o) -> c10::intrusive_ptr<c10d::Backend> {
           if (o.is_none()) return {};
           return o.cast<c10::intrusive_ptr<c10d::Backend>>();
         };
-        c10::intrusive_ptr<c10d::Backend> backend =
-            c10::make_intrusive<MtiaBackend>(unwrap(transport), unwrap(check), rank, size, device);
+        std::shared_ptr<SignatureMesh> mesh;
+        if (mesh_fds) mesh = std::make_shared<SignatureMesh>(*mesh_fds, rank);
+        c10::intrusive_ptr<c10d::Backend> backend = c10::make_intrusive<MtiaBackend>(
+            unwrap(transport), unwrap(check), std::move(mesh), rank, size, device,
+            std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
         return backend;
       },
-      py::arg("transport"), py::arg("check"), py::arg("rank"), py::arg("size"), py::arg("device"),
-      "openmtia's c10d backend over a transport (a c10d backend of host tensors: Gloo) and a Gloo group for the "
-      "call signatures (or None)");
+      py::arg("transport"), py::arg("check"), py::arg("mesh_fds"), py::arg("rank"), py::arg("size"),
+      py::arg("device"), py::arg("timeout_s"),
+      "openmtia's c10d backend over a transport (a c10d backend of host tensors: Gloo), a Gloo group for the sizes "
+      "of sends and receives and the sockets to every rank for the signatures of collectives (or None: no check)");
   m.def("_c10d_local_transport", &makeLocalTransport,
         "the transport of a process group of one rank: collectives run in their task, no Gloo");
 }

@@ -60,6 +60,15 @@ def collectives(rank, world, port):
         t = full(rank + 1, dtype=dtype)
         dist.all_reduce(t)
         assert t.dtype == dtype and t.cpu().tolist() == [3] * 4, (dtype, t.cpu().tolist())
+    # small tensors (up to 64 KiB) reduce in one exchange, larger ones through Gloo's all_reduce: both equal CPU
+    for n, op in [(16383, dist.ReduceOp.SUM), (16385, dist.ReduceOp.SUM), (16384, dist.ReduceOp.MAX),
+                  (40000, dist.ReduceOp.MIN), (3, dist.ReduceOp.PRODUCT)]:
+        parts = [torch.randn(n, generator=torch.Generator().manual_seed(r)) for r in range(world)]
+        t = parts[rank].to(dev)
+        dist.all_reduce(t, op=op)
+        ref = {dist.ReduceOp.SUM: lambda: parts[0] + parts[1], dist.ReduceOp.MAX: lambda: torch.maximum(*parts),
+               dist.ReduceOp.MIN: lambda: torch.minimum(*parts), dist.ReduceOp.PRODUCT: lambda: parts[0] * parts[1]}[op]()
+        close_equal(t, ref, f"all_reduce {op} of {n} floats")
     # a non-contiguous but dense tensor, and a view with a storage offset
     t = torch.arange(12., device=dev).reshape(3, 4).t()
     dist.all_reduce(t)

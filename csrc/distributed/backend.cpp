@@ -113,6 +113,60 @@ std::optional<double> premulToSum(c10d::ReduceOp& op) {
   return f;
 }
 
+// An all_reduce of at most this many bytes runs as one exchange (allreduceInOneExchange).
+constexpr int64_t kOneExchangeAllreduceBytes = 64 << 10;
+
+bool reducibleInOneExchange(const c10d::ReduceOp& op, c10::ScalarType dtype) {
+  bool real = c10::isFloatingType(dtype) || (c10::isIntegralType(dtype, /*includeBool=*/false));
+  switch (op.op_) {
+    case c10d::ReduceOp::SUM:
+    case c10d::ReduceOp::PRODUCT:
+    case c10d::ReduceOp::MIN:
+    case c10d::ReduceOp::MAX:
+      return real;
+    case c10d::ReduceOp::AVG:
+    case c10d::ReduceOp::PREMUL_SUM:
+      return c10::isFloatingType(dtype);
+    default:
+      return false;
+  }
+}
+
+// A small all_reduce as one exchange: each rank sends its tensor to every
+// rank (an all-to-all of copies), then reduces the world's copies in rank
+// order. Gloo's all_reduce (and all_gather) take rounds through its threads on
+// both ranks, and small tensors pay for rounds, not bytes: a 2-rank
+// all_reduce of 64 floats took 0.3 ms median on CPU tensors, 4 ms at the
+// 90th percentile on a 2-core host, against 0.1 / 0.15 ms for an all-to-all.
+void allreduceInOneExchange(c10d::Backend& transport, at::Tensor& t, const c10d::ReduceOp& op, int world) {
+  at::Tensor mine = t.reshape({1, -1});
+  at::Tensor send = mine.expand({world, mine.size(1)}).contiguous();
+  at::Tensor all = at::empty_like(send);
+  std::vector<int64_t> even;
+  transport.alltoall_base(all, send, even, even, c10d::AllToAllOptions())->wait();
+  at::Tensor r;
+  switch (op.op_) {
+    case c10d::ReduceOp::SUM:
+      r = all.sum(0, /*keepdim=*/false, t.scalar_type());
+      break;
+    case c10d::ReduceOp::AVG:
+      r = all.sum(0).div_(world);
+      break;
+    case c10d::ReduceOp::PRODUCT:
+      r = all.prod(0, /*keepdim=*/false, t.scalar_type());
+      break;
+    case c10d::ReduceOp::MIN:
+      r = all.amin(0);
+      break;
+    case c10d::ReduceOp::MAX:
+      r = all.amax(0);
+      break;
+    default:
+      TORCH_INTERNAL_ASSERT(false, "openmtia: all_reduce in one exchange: unexpected op ", static_cast<int>(op.op_));
+  }
+  t.copy_(r.view(t.sizes()));
+}
+
 class MtiaBackend final : public c10d::Backend {
  public:
   MtiaBackend(c10::intrusive_ptr<c10d::Backend> transport, c10::intrusive_ptr<c10d::Backend> check,
@@ -179,11 +233,18 @@ class MtiaBackend final : public c10d::Backend {
     auto views = hostViews(tensors);
     auto transport = transport_;
     c10d::AllreduceOptions o = opts;
-    return issue(OpType::ALLREDUCE, "all_reduce", tensors, tensors, sig, [transport, views, o]() mutable {
-      if (auto f = premulToSum(o.reduceOp))
-        for (auto& v : views) v.mul_(*f);
-      return transport->allreduce(views, o);
-    });
+    int world = getSize();
+    bool one_exchange = world > 1 && tensors.size() == 1 &&
+                        tensors[0].numel() * tensors[0].element_size() <= kOneExchangeAllreduceBytes &&
+                        reducibleInOneExchange(opts.reduceOp, tensors[0].scalar_type());
+    return issue(OpType::ALLREDUCE, "all_reduce", tensors, tensors, sig,
+                 [transport, views, o, one_exchange, world]() mutable -> WorkPtr {
+                   if (auto f = premulToSum(o.reduceOp))
+                     for (auto& v : views) v.mul_(*f);
+                   if (!one_exchange) return transport->allreduce(views, o);
+                   allreduceInOneExchange(*transport, views[0], o.reduceOp, world);
+                   return {};
+                 });
   }
 
   WorkPtr allreduce_coalesced(Tensors& tensors, const c10d::AllreduceCoalescedOptions& opts) override {

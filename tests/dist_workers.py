@@ -99,6 +99,21 @@ def collectives(rank, world, port):
     dist.all_gather_into_tensor(out, torch.full((3,), float(rank), device=dev))
     close_equal(out, torch.tensor([0., 0, 0, 1, 1, 1]), "all_gather_into_tensor")
 
+    # every dtype, larger sizes (a reduce_scatter_tensor runs as one all-to-all)
+    for dt in (torch.bool, torch.int8, torch.int64, torch.bfloat16, torch.float32, torch.complex64):
+        parts = [(torch.randn(300, 7, generator=torch.Generator().manual_seed(r)) * 4).to(dt) for r in range(world)]
+        out = torch.empty(world * 300, 7, device=dev, dtype=dt)
+        dist.all_gather_into_tensor(out, parts[rank].to(dev))
+        assert torch.equal(out.cpu(), torch.cat(parts)), f"all_gather_into_tensor of {dt}"
+    for dt, op in [(torch.float32, dist.ReduceOp.SUM), (torch.bfloat16, dist.ReduceOp.SUM),
+                   (torch.int32, dist.ReduceOp.MAX), (torch.float64, dist.ReduceOp.AVG)]:
+        parts = [(torch.randn(world * 5000, generator=torch.Generator().manual_seed(r)) * 4).to(dt) for r in range(world)]
+        out = torch.empty(5000, device=dev, dtype=dt)
+        dist.reduce_scatter_tensor(out, parts[rank].to(dev), op=op)
+        whole = {dist.ReduceOp.SUM: parts[0] + parts[1], dist.ReduceOp.MAX: torch.maximum(*parts),
+                 dist.ReduceOp.AVG: (parts[0] + parts[1]) / 2}[op]
+        assert torch.equal(out.cpu(), whole[rank * 5000:(rank + 1) * 5000]), f"reduce_scatter_tensor {op} of {dt}"
+
     # coalesced forms (ProcessGroup methods)
     pg = dist.group.WORLD
     ins = [torch.full((2,), float(rank), device=dev), torch.full((3,), float(rank + 5), device=dev)]

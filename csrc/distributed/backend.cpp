@@ -144,10 +144,10 @@ bool reducibleInOneExchange(const c10d::ReduceOp& op, c10::ScalarType dtype) {
 //   tensor to every rank, each reducing them all (above, Gloo's, whose bytes
 //   per rank are 2(n-1)/n of the tensor).
 // Reductions run in rank order on every rank: every rank gets the same result.
-at::Tensor exchangeRows(c10d::Backend& transport, const at::Tensor& send) {
+at::Tensor exchangeRows(c10d::Backend& transport, at::Tensor send) {
   at::Tensor all = at::empty_like(send);
   std::vector<int64_t> even;
-  transport.alltoall_base(all, const_cast<at::Tensor&>(send), even, even, c10d::AllToAllOptions())->wait();
+  transport.alltoall_base(all, send, even, even, c10d::AllToAllOptions())->wait();
   return all;
 }
 
@@ -180,7 +180,6 @@ void reduceScatterInOneExchange(c10d::Backend& transport, const at::Tensor& in, 
   at::Tensor all = exchangeRows(transport, in.reshape({world, -1}).contiguous());
   out.copy_(reduceRows(all, op, world).view(out.sizes()));
 }
-
 
 class MtiaBackend final : public c10d::Backend {
  public:

@@ -1,6 +1,7 @@
 // The MTIA device guard (c10::impl::DeviceGuardImplInterface): what torch's
 // device-generic code (guards, streams, events, autograd) calls for mtia.
 #include <c10/core/DeviceCapability.h>
+#include <c10/core/StreamGuard.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include "runtime/device.h"
@@ -74,15 +75,8 @@ struct MTIAGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     OMR_CALL(omr::streamWaitEvent(stream.device_index(), streamId(stream), asEvent(event)));
     if (EventCheck check = eventCheck(event)) {
       // the waiting stream runs the event's check after its wait (event_checks.h)
-      c10::Stream previous = currentStream(stream.device_index());
-      setCurrentStream(stream);
-      try {
-        launchOnCurrentStream(stream.device_index(), "event_check", [check] { (*check)(); });
-      } catch (...) {
-        setCurrentStream(previous);
-        throw;
-      }
-      setCurrentStream(previous);
+      c10::StreamGuard on(stream);
+      launchOnCurrentStream(stream.device_index(), "event_check", [check] { (*check)(); });
     }
   }
   bool queryEvent(void* event) const override { return !event || omr::eventQuery(asEvent(event)); }

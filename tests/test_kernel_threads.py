@@ -29,11 +29,13 @@ def threads(prefix, named=True):
 """
 
 
-def run(body):
-    env = dict(os.environ, OMP_NUM_THREADS="2")
+def run(body, team_wait="adaptive", stderr=None):
+    env = dict(os.environ, OMP_NUM_THREADS="2", OPENMTIA_TEAM_WAIT=team_wait)
     out = subprocess.run([sys.executable, "-c", HELPERS + textwrap.dedent(body)], env=env, capture_output=True,
                          text=True, timeout=300)
     assert out.returncode == 0, out.stderr
+    if stderr is not None:
+        stderr.append(out.stderr)
     return out.stdout.split()
 
 
@@ -61,6 +63,8 @@ def test_a_cpu_kernel_the_host_runs_leaves_no_openmp_team_on_the_host_thread():
 
 @pytest.mark.needs_async
 def test_an_idle_stream_worker_ends_its_openmp_team():
+    """With spinning teams (OPENMTIA_TEAM_WAIT=spin, or while the host waits
+    for the device), an idle worker's team ends."""
     busy, idle, same = run("""
     x = torch.randn(1 << 24, device="mtia")
     y = x + x  # (first call)
@@ -79,7 +83,7 @@ def test_an_idle_stream_worker_ends_its_openmp_team():
     x_cpu = x.cpu()
     same = torch.equal((x * 3 + 1).cpu(), x_cpu * 3 + 1)
     print(busy, idle, same)
-    """)
+    """, team_wait="spin")  # (idle teams that sleep are kept: below)
     assert int(busy) == 2, busy  # the worker and its team's second thread
     assert int(idle) == 1, idle
     assert same == "True"
@@ -148,8 +152,115 @@ def test_a_worker_going_from_a_parallel_kernel_to_a_serial_one_ends_its_team():
     torch.mtia.synchronize()
     same = torch.equal((x * 3 + 1).cpu(), x.cpu() * 3 + 1)
     print(during, after, p1.threads, same)
-    """)
+    """, team_wait="spin")  # (idle teams that sleep are kept: below)
     assert int(during) == 2, during  # the worker and its team's second thread
     assert int(after) == 1, after
     assert small == "1"
     assert same == "True"
+
+
+# How the device's idle OpenMP threads wait (csrc/aten/team_wait.h): they
+# sleep after a brief spin while no host thread waits for the device (the
+# host needs the cores), and spin while one has waited over a millisecond.
+# Thread counts, and so results, never depend on it.
+TEAM_WAIT = """
+import threading
+from openmtia import _C
+def until(cond, timeout=10):
+    deadline = time.time() + timeout
+    while not cond() and time.time() < deadline:
+        pass  # (busy: the host thread is not waiting for the device)
+    return cond()
+x = torch.randn(1 << 22, device="mtia")
+x_cpu = x.cpu()
+before = _C._team_wait_state()
+y = x + x  # a kernel on every thread (its first call runs on the host) ...
+y = x + x  # ... and on the worker
+torch.mtia.synchronize()
+until(lambda: _C._team_wait_state() != "off" or "{mode}" == "spin")
+busy = _C._team_wait_state() if "{mode}" == "spin" else (until(lambda: _C._team_wait_state() == "sleep") and "sleep")
+busy_threads = threads("mtia-teams")  # the control thread and its idle team's second thread
+seen = []
+def sample():
+    time.sleep(0.3)  # while the host thread waits for the held stream
+    seen.extend([_C._team_wait_state(), _C._host_threads_waiting(), threads("mtia-teams")])
+probe = _C._probe_kernel_threads(0, 0.8)  # holds the stream 0.8 s
+t = threading.Thread(target=sample)
+t.start()
+torch.mtia.synchronize()
+t.join()
+waiting_now = _C._host_threads_waiting()
+after = "{mode}" == "spin" and _C._team_wait_state() or (until(lambda: _C._team_wait_state() == "sleep") and "sleep")
+same = torch.equal((x * 3 + 1).cpu(), x_cpu * 3 + 1) and torch.allclose(x.sum().cpu(), x_cpu.sum(), rtol=1e-5)
+print(before, busy, busy_threads, *seen, waiting_now, after, same)
+"""
+
+
+@pytest.mark.needs_async
+def test_device_teams_sleep_while_the_host_is_busy_and_spin_while_it_waits():
+    out = run(TEAM_WAIT.format(mode="adaptive"))
+    before, busy, busy_threads, waiting_state, waiting, waiting_threads, waiting_now, after, same = out
+    assert before == "off", out  # no control before a parallel kernel
+    assert (busy, busy_threads) == ("sleep", "2"), out  # the control thread and its team's second thread
+    # the host thread waited 0.3 s: the control ended its team, the device's teams spin
+    assert (waiting_state, waiting, waiting_threads) == ("spin", "1", "1"), out
+    assert (waiting_now, after) == ("0", "sleep"), out  # busy again: they sleep again
+    assert same == "True"
+
+
+@pytest.mark.needs_async
+@pytest.mark.parametrize("mode,states,control_threads", [
+    ("spin", ("off", "off", "off"), ("0", "0")),       # libgomp's own waits: no control
+    ("sleep", ("sleep", "sleep", "sleep"), ("2", "2")),  # the control's team stays, the host waiting or not
+])
+def test_team_wait_modes_spin_and_sleep_hold_whatever_the_host_does(mode, states, control_threads):
+    out = run(TEAM_WAIT.format(mode=mode), team_wait=mode)
+    before, busy, busy_threads, waiting_state, waiting, waiting_threads, waiting_now, after, same = out
+    assert before == "off", out
+    assert (busy, waiting_state, after) == states, out
+    assert (busy_threads, waiting_threads) == control_threads, out
+    assert (waiting, waiting_now) == ("1", "0"), out  # the host thread's wait counted either way
+    assert same == "True"
+
+
+def test_an_unknown_team_wait_mode_is_named_and_adaptive_applies():
+    err = []
+    out = run("""
+    from openmtia import _C
+    x = torch.randn(1 << 22, device="mtia")
+    y = x + x
+    y = x + x
+    torch.mtia.synchronize()
+    print(torch.equal(y.cpu(), x.cpu() * 2))
+    """, team_wait="fast", stderr=err)
+    assert out == ["True"]
+    assert "ignoring OPENMTIA_TEAM_WAIT=fast (adaptive, spin or sleep)" in err[0], err
+
+
+@pytest.mark.needs_async
+def test_a_launch_into_a_full_queue_counts_as_a_host_wait():
+    """The launching thread waits for room in the stream's queue: a host
+    thread waiting for the device, as in a synchronize."""
+    env = dict(os.environ, OPENMTIA_LAUNCH_QUEUE_DEPTH="4")
+    body = """
+    import threading
+    from openmtia import _C
+    x = torch.ones(8, device="mtia")
+    torch.mtia.synchronize()
+    probe = _C._probe_kernel_threads(0, 0.8)  # holds the stream
+    seen = []
+    def sample():
+        time.sleep(0.3)
+        seen.append(_C._host_threads_waiting())
+    t = threading.Thread(target=sample)
+    t.start()
+    for _ in range(8):
+        x = x + 1  # the queue holds 4: the launching thread waits for room
+    t.join()
+    torch.mtia.synchronize()
+    print(seen[0], _C._host_threads_waiting(), torch.equal(x.cpu(), torch.full((8,), 9.0)))
+    """
+    out = subprocess.run([sys.executable, "-c", HELPERS + textwrap.dedent(body)], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["1", "0", "True"], out.stdout

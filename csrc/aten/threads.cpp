@@ -42,6 +42,10 @@
 // 200 us each instead of 15.
 // A program's own CPU work on its threads still makes teams of its own
 // (the device's threads then sleep between regions again).
+//
+// How the teams' idle threads wait (spin, or sleep after a brief spin) is
+// team_wait.cpp's: they sleep while the host thread is busy, and then a
+// worker keeps its team (endIdleWorkerTeam).
 #include <dlfcn.h>
 
 #include <string>
@@ -50,6 +54,7 @@
 #include "openmtia/runtime.h"
 #include "aten/low_precision/low_precision.h"
 #include "aten/per_op.h"
+#include "aten/team_wait.h"
 #include "aten/threads.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -133,14 +138,16 @@ void useKernelThreads(int64_t work_elements) {
   thread_local int default_omp = 0;
   const auto& c = controls();
   const bool want_serial = work_elements < kParallelWork;
+  if (c.omp_set && !want_serial) beforeParallelKernel(serial ? default_omp : c.omp_get());
   if (!c.omp_set || want_serial == serial) return;
   if (want_serial) {
-    // From many threads to one: the team ends. libgomp spins an idle team's
-    // threads for their next region up to ~15 ms here (300K pauses) before
-    // they sleep, on the cores the host thread and the next kernels need: in
-    // the DLRM train step the worker and its team's second thread spent ~40%
-    // of the worker's time in the barrier's spin loop. A new team costs ~50us.
-    endThreadTeam();
+    // From many threads to one: the team ends, unless idle teams sleep now
+    // (team_wait.h). libgomp spins an idle team's threads for their next
+    // region up to ~15 ms here (300K pauses) before they sleep, on the cores
+    // the host thread and the next kernels need: in the DLRM train step the
+    // worker and its team's second thread spent ~40% of the worker's time in
+    // the barrier's spin loop. A new team costs ~50us.
+    endIdleWorkerTeam();
     default_omp = c.omp_get();
     c.omp_set(1);
     if (c.mkl_set_local) c.mkl_set_local(1);
@@ -157,6 +164,10 @@ void endThreadTeam() {
   // region only (libgomp refuses inside one).
   const auto& c = controls();
   if (c.omp_pause_all) c.omp_pause_all(1);
+}
+
+void endIdleWorkerTeam() {
+  if (!teamsSleep()) endThreadTeam();
 }
 
 HostKernelScope::HostKernelScope(int64_t work) {

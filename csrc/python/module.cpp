@@ -28,6 +28,7 @@
 #include "aten/low_precision/tables.h"
 #include "aten/pointwise.h"
 #include "aten/prebuilt.h"
+#include "aten/team_wait.h"
 #include "aten/threads.h"
 #include "compile/graph_replay.h"
 #include "compile/kernels.h"
@@ -56,7 +57,7 @@ PYBIND11_MODULE(_C, m) {
   if (omr::driverError().empty()) {
     // A launch into a full queue waits without holding the GIL.
     omr::setWaitHook([](void (*wait)(void*), void* arg) { openmtia::withoutGil([&] { wait(arg); }); });
-    omr::setIdleHook(openmtia::endThreadTeam);  // (threads.cpp)
+    omr::setIdleHook(openmtia::endIdleWorkerTeam);  // (threads.cpp)
   }
   m.def("_default_generators", [] {
     py::tuple out(openmtia::deviceCount());
@@ -110,6 +111,10 @@ PYBIND11_MODULE(_C, m) {
   // a kernel's work from which it runs on every thread, and a matrix op's
   // weight per element (threads.cpp), for tests
   m.def("_parallel_work", [] { return openmtia::kParallelWork; });
+  // how the device's idle OpenMP threads wait now: "spin", "sleep" or "off"
+  // (team_wait.h), and how many host threads wait for the devices
+  m.def("_team_wait_state", [] { return std::string(openmtia::teamWaitState()); });
+  m.def("_host_threads_waiting", [] { return omr::hostThreadsWaiting(); });
   m.def("_dense_work_scale", [] { return openmtia::kDenseWorkScale; });
   // the work a fallback kernel of the op ("aten::mm", overload "") over
   // these tensor arguments counts (useKernelThreads: every thread from _parallel_work)

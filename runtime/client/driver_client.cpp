@@ -29,6 +29,7 @@
 
 #include "openmtia/driver.h"
 #include "openmtia/runtime.h"
+#include "host_waits.h"
 
 namespace omr {
 
@@ -87,6 +88,15 @@ std::string lastMessage(const OmtiaDriver* t) {
   e.struct_size = sizeof e;
   if (t->get_last_error(&e) != OMTIA_SUCCESS || !e.message) return "unknown driver error";
   return e.message;
+}
+
+// The driver's wait hook is the client's: a launch that waits for room in
+// its queue counts as a host wait, then runs the framework's hook (if any).
+std::atomic<WaitHook> g_wait_hook{nullptr};
+void countedWait(void (*wait)(void*), void* arg) {
+  detail::HostWaitScope waiting;
+  if (WaitHook hook = g_wait_hook.load()) hook(wait, arg);
+  else wait(arg);
 }
 
 // Loads and initializes the driver once (g_load_mu held).
@@ -153,6 +163,7 @@ void load(Driver& d) {
   }
   d.count = count;
   d.table = t;
+  t->set_wait_hook(&countedWait);  // (a launch's wait counts before the framework sets its hook)
 }
 
 Driver& loadedDriver() {
@@ -364,7 +375,11 @@ StreamId streamFromPool(int device, int priority) {
 
 size_t launchQueueDepth() { return loadedDriver().queue_depth; }
 
-void setWaitHook(WaitHook hook) { check(T().set_wait_hook(hook)); }
+
+void setWaitHook(WaitHook hook) {
+  g_wait_hook.store(hook);
+  check(T().set_wait_hook(&countedWait));
+}
 
 void setIdleHook(IdleHook hook) { check(T().set_idle_hook(hook)); }
 
@@ -402,7 +417,10 @@ void launch(int device, StreamId stream, const char* name, HostTask task) {
   if (loadedDriver().launch_blocking) {
     int capturing = 0;
     check(T().stream_is_capturing(s, &capturing));
-    if (!capturing) check(T().stream_synchronize(s));  // raise at the failing task
+    if (!capturing) {
+      detail::HostWaitScope waiting;
+      check(T().stream_synchronize(s));  // raise at the failing task
+    }
   }
 }
 
@@ -421,15 +439,21 @@ bool streamQuery(int device, StreamId stream) {
   return true;
 }
 
-void streamSynchronize(int device, StreamId stream) { check(T().stream_synchronize(handle(device, stream))); }
+void streamSynchronize(int device, StreamId stream) {
+  OmtiaStream s = handle(device, stream);
+  detail::HostWaitScope waiting;
+  check(T().stream_synchronize(s));
+}
 
 void deviceSynchronize(int device) {
   checkDevice(device);
+  detail::HostWaitScope waiting;
   check(T().device_synchronize(device));
 }
 
 void deviceWaitIdle(int device) {
   checkDevice(device);
+  detail::HostWaitScope waiting;
   check(T().device_wait_idle(device));
 }
 
@@ -519,7 +543,10 @@ bool eventQuery(Event* event) {
   return true;
 }
 
-void eventSynchronize(Event* event) { check(T().event_synchronize(event->handle)); }
+void eventSynchronize(Event* event) {
+  detail::HostWaitScope waiting;
+  check(T().event_synchronize(event->handle));
+}
 
 double eventElapsedMs(Event* start, Event* end) {
   double ms = 0;
@@ -547,6 +574,7 @@ OmtiaCopyKind kindOf(CopyKind kind) {
 }  // namespace
 
 void memcpy(void* dst, const void* src, size_t bytes, CopyKind kind) {
+  detail::HostWaitScope waiting;
   check(T().memcpy(dst, src, bytes, kindOf(kind)));
 }
 

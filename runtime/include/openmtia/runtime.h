@@ -225,6 +225,15 @@ void deviceSynchronize(int device);  // all streams of the device
 // Waits until every stream of the device ran the work enqueued so far; raises
 // nothing and destroys no finished task (safe under the caller's locks).
 void deviceWaitIdle(int device);
+// Host threads waiting for the devices' work now: in a synchronize (of a
+// stream, a device or an event), a synchronous copy, or a launch into a full
+// queue. The observer, if set, is called by such a thread whenever the count
+// goes from zero to non-zero or back (it reads the count: calls from two
+// threads may arrive out of order). An emulated device runs its work on the
+// host's cores: a waiting host thread leaves them to it (csrc/aten/team_wait.h).
+int hostThreadsWaiting() noexcept;
+using HostWaitObserver = void (*)();
+void setHostWaitObserver(HostWaitObserver observer) noexcept;
 // Before the process tears down what tasks use (at exit, before static
 // destructors run): waits until every stream has run the work launched so
 // far, then ends the stream workers. From then on a launch runs its task on

@@ -1,0 +1,149 @@
+// Whether the device's OpenMP teams busy-wait between parallel regions.
+//
+// The emulated device's kernels run on the host's cores, in OpenMP teams of
+// the stream workers (threads.cpp). libgomp lets a team's idle threads spin
+// for their next region (~300K pauses, ~15 ms here) while the process has no
+// more OpenMP threads than cores, and only ~100 pauses otherwise (they sleep,
+// and the next region wakes them). It does not count the host thread, the
+// stream workers and the communication threads: a worker's team of two
+// spinning on a 2-core host beside a busy host thread left one of its threads
+// without a core at each barrier, until a scheduler tick. A DLRM train step
+// (TorchRec, one process) took 11-14 ms so, 3.8 ms with the spinning short,
+// CPU PyTorch 3.5 ms. But a device that runs while the host waits is best
+// left spinning: the small GPT's step took 31 ms spinning, 35-45 ms not (a
+// wake-up per parallel region).
+//
+// So while no host thread waits for the device (omr::hostThreadsWaiting),
+// a control thread keeps an idle OpenMP team of two of its own: libgomp then
+// counts more threads than cores and every team spins briefly. Once a host
+// thread has waited for kSpinAfter, the control ends that team and the
+// device's teams spin; when no host thread waits any more, it makes it
+// again. A thread's count of threads (and so a kernel's result) never
+// depends on this: only how its idle threads wait.
+#include "aten/team_wait.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <thread>
+
+#include "openmtia/runtime.h"
+
+namespace openmtia {
+namespace {
+
+// How long a host thread waits before the device's teams may spin: a wait
+// shorter than this (a .tolist() in a host-bound loop) leaves the host
+// thread busy again soon.
+constexpr auto kSpinAfter = std::chrono::milliseconds(1);
+
+TeamWait readMode() {
+  const char* s = std::getenv("OPENMTIA_TEAM_WAIT");
+  if (!s || !*s || std::strcmp(s, "adaptive") == 0) return TeamWait::kAdaptive;
+  if (std::strcmp(s, "spin") == 0) return TeamWait::kSpin;
+  if (std::strcmp(s, "sleep") == 0) return TeamWait::kSleep;
+  std::fprintf(stderr, "openmtia: ignoring OPENMTIA_TEAM_WAIT=%s (adaptive, spin or sleep)\n", s);
+  return TeamWait::kAdaptive;
+}
+
+enum State { kOff, kSpinning, kSleeping };
+
+// The control thread and its state (never destroyed: the thread outlives
+// static destruction, and waiting threads call the observer until exit).
+struct Control {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::atomic<int> state{kOff};
+  void (*parallel)(void (*)(void*), void*, unsigned, unsigned) = nullptr;  // GOMP_parallel
+  int (*pause_all)(int) = nullptr;                                        // omp_pause_resource_all
+
+  bool waiting() { return omr::hostThreadsWaiting() > 0; }
+  // An idle team of two on this thread: libgomp's count of its threads
+  // exceeds the cores from now on.
+  void sleepTeams() {
+    parallel([](void*) {}, nullptr, 2, 0);
+    state = kSleeping;
+  }
+  void spinTeams() {
+    pause_all(1);  // omp_pause_soft: this thread's idle team ends
+    state = kSpinning;
+  }
+  void run(bool adaptive) {
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, nullptr);  // (signals go to the program's threads)
+    pthread_setname_np(pthread_self(), "mtia-teams");
+    sleepTeams();
+    if (!adaptive) {
+      for (;;) std::this_thread::sleep_for(std::chrono::hours(24));
+    }
+    std::unique_lock<std::mutex> lk(mu);
+    for (;;) {
+      cv.wait(lk, [this] { return waiting(); });
+      if (cv.wait_for(lk, kSpinAfter, [this] { return !waiting(); })) continue;  // a short wait
+      lk.unlock();
+      spinTeams();
+      lk.lock();
+      cv.wait(lk, [this] { return !waiting(); });
+      lk.unlock();
+      sleepTeams();
+      lk.lock();
+    }
+  }
+};
+
+Control& control() {
+  static Control* c = new Control;
+  return *c;
+}
+
+}  // namespace
+
+TeamWait teamWaitMode() {
+  static const TeamWait mode = readMode();
+  return mode;
+}
+
+void beforeParallelKernel(int threads) {
+  static std::atomic<bool> started{false};
+  if (started.load(std::memory_order_relaxed) || threads <= 1 || teamWaitMode() == TeamWait::kSpin) return;
+  // a synchronous driver runs its tasks on the launching host thread:
+  // nothing then competes with the kernel's threads
+  if (!omr::onStreamWorker()) return;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    started = true;
+    Control& c = control();
+    c.parallel = reinterpret_cast<void (*)(void (*)(void*), void*, unsigned, unsigned)>(
+        dlsym(RTLD_DEFAULT, "GOMP_parallel"));
+    c.pause_all = reinterpret_cast<int (*)(int)>(dlsym(RTLD_DEFAULT, "omp_pause_resource_all"));
+    if (!c.parallel || !c.pause_all) return;  // not libgomp: its own waits stay
+    omr::setHostWaitObserver([] {
+      Control& c = control();
+      std::lock_guard<std::mutex> lk(c.mu);
+      c.cv.notify_all();
+    });
+    const bool adaptive = teamWaitMode() == TeamWait::kAdaptive;
+    std::thread([adaptive] { control().run(adaptive); }).detach();
+  });
+}
+
+bool teamsSleep() { return control().state.load(std::memory_order_relaxed) == kSleeping; }
+
+const char* teamWaitState() {
+  switch (control().state.load()) {
+    case kSpinning: return "spin";
+    case kSleeping: return "sleep";
+    default: return "off";
+  }
+}
+
+}  // namespace openmtia

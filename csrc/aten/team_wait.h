@@ -1,0 +1,24 @@
+// Whether the device's OpenMP teams busy-wait between parallel regions
+// (see team_wait.cpp).
+#pragma once
+
+namespace openmtia {
+
+// OPENMTIA_TEAM_WAIT, read once: "adaptive" (the default): a device team's
+// threads spin for their next region while a host thread waits for the
+// device, and sleep after a brief spin while none does; "spin": they always
+// spin (libgomp's default); "sleep": they always sleep after a brief spin.
+enum class TeamWait { kAdaptive, kSpin, kSleep };
+TeamWait teamWaitMode();
+// Called by a stream worker before a kernel on every thread (`threads`
+// of them): the first such call with more than one starts the control (in
+// "adaptive" and "sleep" modes).
+void beforeParallelKernel(int threads);
+// Whether OpenMP's idle threads sleep after a brief spin now: then ending a
+// worker's idle team saves no core, and costs a new team later.
+bool teamsSleep();
+// "spin", "sleep", or "off" (before the first parallel kernel, or in "spin"
+// mode): what the control set last, for tests.
+const char* teamWaitState();
+
+}  // namespace openmtia

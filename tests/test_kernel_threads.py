@@ -160,9 +160,9 @@ def test_a_worker_going_from_a_parallel_kernel_to_a_serial_one_ends_its_team():
 
 
 # How the device's idle OpenMP threads wait (csrc/aten/team_wait.h): they
-# sleep after a brief spin while no host thread waits for the device (the
-# host needs the cores), and spin while one has waited over a millisecond.
-# Thread counts, and so results, never depend on it.
+# sleep after a brief spin while host threads are mostly busy (they need the
+# cores), and spin while they mostly wait for the device. Thread counts, and
+# so results, never depend on it.
 TEAM_WAIT = """
 import threading
 from openmtia import _C
@@ -202,7 +202,7 @@ def test_device_teams_sleep_while_the_host_is_busy_and_spin_while_it_waits():
     before, busy, busy_threads, waiting_state, waiting, waiting_threads, waiting_now, after, same = out
     assert before == "off", out  # no control before a parallel kernel
     assert (busy, busy_threads) == ("sleep", "2"), out  # the control thread and its team's second thread
-    # the host thread waited 0.3 s: the control ended its team, the device's teams spin
+    # the host thread waited for 0.3 s: the control ended its team, the device's teams spin
     assert (waiting_state, waiting, waiting_threads) == ("spin", "1", "1"), out
     assert (waiting_now, after) == ("0", "sleep"), out  # busy again: they sleep again
     assert same == "True"

@@ -13,13 +13,15 @@
 // left spinning: the small GPT's step took 31 ms spinning, 35-45 ms not (a
 // wake-up per parallel region).
 //
-// So while no host thread waits for the device (omr::hostThreadsWaiting),
-// a control thread keeps an idle OpenMP team of two of its own: libgomp then
-// counts more threads than cores and every team spins briefly. Once a host
-// thread has waited for kSpinAfter, the control ends that team and the
-// device's teams spin; when no host thread waits any more, it makes it
-// again. A thread's count of threads (and so a kernel's result) never
-// depends on this: only how its idle threads wait.
+// So the control thread (`mtia-teams`) watches how much of the time host
+// threads wait for the device (omr::hostThreadsWaiting: synchronizes,
+// synchronous copies, launches into a full queue). While that share is low
+// (a host-bound program: the host needs its core) it keeps an idle OpenMP
+// team of two of its own: libgomp then counts more threads than cores, and
+// every team's idle threads spin briefly and sleep. While it is high (a
+// device-bound program) it ends that team, and the device's teams spin. A
+// thread's count of threads (and so a kernel's result) never depends on
+// this: only how its idle threads wait.
 #include "aten/team_wait.h"
 
 #include <dlfcn.h>
@@ -28,6 +30,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -40,10 +43,15 @@
 namespace openmtia {
 namespace {
 
-// How long a host thread waits before the device's teams may spin: a wait
-// shorter than this (a .tolist() in a host-bound loop) leaves the host
-// thread busy again soon.
-constexpr auto kSpinAfter = std::chrono::milliseconds(1);
+// The device's teams spin while host threads have waited for the device at
+// least kSpinShare of the recent time (an exponential average over kWindow
+// seconds), and sleep again below kSleepShare: a host-bound loop (a DLRM
+// train step: its host thread busy launching, waiting briefly in a few
+// .tolist()) stays below; a device-bound one (the GPT's step, a loop of
+// table-batched lookups) above, through its host thread's launches.
+constexpr double kWindow = 0.02;
+constexpr double kSpinShare = 0.6;
+constexpr double kSleepShare = 0.4;
 
 TeamWait readMode() {
   const char* s = std::getenv("OPENMTIA_TEAM_WAIT");
@@ -85,17 +93,41 @@ struct Control {
     if (!adaptive) {
       for (;;) std::this_thread::sleep_for(std::chrono::hours(24));
     }
+    // The share of recent time (an average over kWindow) in which a host
+    // thread waited: the teams spin from kSpinShare, sleep again below
+    // kSleepShare. Between two changes of the host's state the share moves
+    // along a known curve: the control sleeps until it would cross the
+    // threshold, or the state changes.
+    using Clock = std::chrono::steady_clock;
+    double share = 0;
+    bool was_waiting = waiting();
+    auto last = Clock::now();
     std::unique_lock<std::mutex> lk(mu);
     for (;;) {
-      cv.wait(lk, [this] { return waiting(); });
-      if (cv.wait_for(lk, kSpinAfter, [this] { return !waiting(); })) continue;  // a short wait
-      lk.unlock();
-      spinTeams();
-      lk.lock();
-      cv.wait(lk, [this] { return !waiting(); });
-      lk.unlock();
-      sleepTeams();
-      lk.lock();
+      const bool spinning = state == kSpinning;
+      double cross = -1;  // seconds until the share crosses the next threshold (-1: it does not)
+      if (spinning && !was_waiting) cross = kWindow * std::log(share / kSleepShare);
+      if (!spinning && was_waiting) cross = kWindow * std::log((1 - share) / (1 - kSpinShare));
+      auto changed = [&] { return waiting() != was_waiting; };
+      if (cross < 0) {
+        cv.wait(lk, changed);
+      } else {
+        cv.wait_for(lk, std::chrono::duration<double>(cross), changed);
+      }
+      const auto now = Clock::now();
+      const double decay = std::exp(-std::chrono::duration<double>(now - last).count() / kWindow);
+      last = now;
+      share = share * decay + (was_waiting ? 1 - decay : 0);
+      was_waiting = waiting();
+      if (!spinning && share >= kSpinShare - 1e-9) {
+        lk.unlock();
+        spinTeams();
+        lk.lock();
+      } else if (spinning && share <= kSleepShare + 1e-9) {
+        lk.unlock();
+        sleepTeams();
+        lk.lock();
+      }
     }
   }
 };

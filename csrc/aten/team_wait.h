@@ -5,9 +5,10 @@
 namespace openmtia {
 
 // OPENMTIA_TEAM_WAIT, read once: "adaptive" (the default): a device team's
-// threads spin for their next region while a host thread waits for the
-// device, and sleep after a brief spin while none does; "spin": they always
-// spin (libgomp's default); "sleep": they always sleep after a brief spin.
+// idle threads spin for their next region while host threads mostly wait
+// for the device, and sleep after a brief spin while they are mostly busy;
+// "spin": they always spin (libgomp's default); "sleep": they always sleep
+// after a brief spin.
 enum class TeamWait { kAdaptive, kSpin, kSleep };
 TeamWait teamWaitMode();
 // Called by a stream worker before a kernel on every thread (`threads`

@@ -141,13 +141,15 @@ void useKernelThreads(int64_t work_elements) {
   if (c.omp_set && !want_serial) beforeParallelKernel(serial ? default_omp : c.omp_get());
   if (!c.omp_set || want_serial == serial) return;
   if (want_serial) {
-    // From many threads to one: the team ends, unless idle teams sleep now
-    // (team_wait.h). libgomp spins an idle team's threads for their next
-    // region up to ~15 ms here (300K pauses) before they sleep, on the cores
-    // the host thread and the next kernels need: in the DLRM train step the
-    // worker and its team's second thread spent ~40% of the worker's time in
-    // the barrier's spin loop. A new team costs ~50us.
-    endIdleWorkerTeam();
+    // From many threads to one: with libgomp's own waits
+    // (OPENMTIA_TEAM_WAIT=spin) the team ends. libgomp spins an idle team's
+    // threads for their next region up to ~15 ms here (300K pauses) before
+    // they sleep, on the cores the host thread and the next kernels need: in
+    // the DLRM train step the worker and its team's second thread spent ~40%
+    // of the worker's time in the barrier's spin loop. A new team costs
+    // ~50us, and its first region more: the team stays where team_wait.cpp
+    // lets idle threads spin only while the host mostly waits.
+    if (teamWaitMode() == TeamWait::kSpin) endThreadTeam();
     default_omp = c.omp_get();
     c.omp_set(1);
     if (c.mkl_set_local) c.mkl_set_local(1);

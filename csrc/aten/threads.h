@@ -33,15 +33,16 @@ int64_t kernelWork(const c10::OperatorHandle& op, const std::vector<c10::IValue>
 // Sets how many threads the OpenMP and MKL parallel regions of the calling
 // (worker) thread use for a kernel over `work_elements` elements: one below
 // kParallelWork, all of them otherwise; going from all to one ends the
-// thread's OpenMP team (endIdleWorkerTeam). Every kernel task calls it first.
+// thread's OpenMP team where idle threads spin for long (team_wait.h).
+// Every kernel task calls it first.
 // (Elements count as work, except where kernelWork() says more.)
 void useKernelThreads(int64_t work_elements);
 // Ends the calling thread's OpenMP team, if it has one (its threads exit;
 // its next parallel region makes a new team).
 void endThreadTeam();
-// On a stream worker that goes idle or from a parallel kernel to a serial
-// one: ends its team, unless idle OpenMP threads sleep now (team_wait.h).
-// A stream worker's idle hook.
+// On a stream worker that goes idle after waking a host thread: ends its
+// team, unless idle OpenMP threads sleep now (team_wait.h). A stream
+// worker's idle hook.
 void endIdleWorkerTeam();
 // Around a CPU kernel a host thread runs itself (a synchronous call) over
 // `work` elements (as useKernelThreads counts them): below kParallelWork the

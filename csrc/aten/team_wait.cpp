@@ -28,11 +28,13 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -52,6 +54,11 @@ namespace {
 constexpr double kWindow = 0.02;
 constexpr double kSpinShare = 0.6;
 constexpr double kSleepShare = 0.4;
+constexpr auto kPoll = std::chrono::milliseconds(5);
+// Below this share, with the teams asleep, the control waits for the next
+// host wait instead of polling (a program that is done with the device
+// costs no wake-ups).
+constexpr double kIdleShare = 0.05;
 
 TeamWait readMode() {
   const char* s = std::getenv("OPENMTIA_TEAM_WAIT");
@@ -70,6 +77,7 @@ struct Control {
   std::mutex mu;
   std::condition_variable cv;
   std::atomic<int> state{kOff};
+  std::atomic<bool> parked{false};  // the control waits for a host wait (the observer wakes it)
   void (*parallel)(void (*)(void*), void*, unsigned, unsigned) = nullptr;  // GOMP_parallel
   int (*pause_all)(int) = nullptr;                                        // omp_pause_resource_all
 
@@ -93,40 +101,35 @@ struct Control {
     if (!adaptive) {
       for (;;) std::this_thread::sleep_for(std::chrono::hours(24));
     }
-    // The share of recent time (an average over kWindow) in which a host
-    // thread waited: the teams spin from kSpinShare, sleep again below
-    // kSleepShare. Between two changes of the host's state the share moves
-    // along a known curve: the control sleeps until it would cross the
-    // threshold, or the state changes.
+    // The share of recent time (an exponential average over kWindow) in
+    // which host threads waited, from the client's total every kPoll; while
+    // the teams sleep and the host has not waited for a while, the control
+    // itself sleeps until a host thread waits.
     using Clock = std::chrono::steady_clock;
     double share = 0;
-    bool was_waiting = waiting();
+    int64_t waited = omr::hostWaitedNs();
     auto last = Clock::now();
-    std::unique_lock<std::mutex> lk(mu);
     for (;;) {
-      const bool spinning = state == kSpinning;
-      double cross = -1;  // seconds until the share crosses the next threshold (-1: it does not)
-      if (spinning && !was_waiting) cross = kWindow * std::log(share / kSleepShare);
-      if (!spinning && was_waiting) cross = kWindow * std::log((1 - share) / (1 - kSpinShare));
-      auto changed = [&] { return waiting() != was_waiting; };
-      if (cross < 0) {
-        cv.wait(lk, changed);
+      if (state == kSleeping && share < kIdleShare && !waiting()) {
+        std::unique_lock<std::mutex> lk(mu);
+        parked = true;  // (seq_cst: a thread that starts waiting now sees it, or we see its count)
+        cv.wait(lk, [this] { return waiting(); });
+        parked = false;
       } else {
-        cv.wait_for(lk, std::chrono::duration<double>(cross), changed);
+        std::this_thread::sleep_for(kPoll);
       }
       const auto now = Clock::now();
-      const double decay = std::exp(-std::chrono::duration<double>(now - last).count() / kWindow);
+      const double dt = std::chrono::duration<double>(now - last).count();
       last = now;
-      share = share * decay + (was_waiting ? 1 - decay : 0);
-      was_waiting = waiting();
-      if (!spinning && share >= kSpinShare - 1e-9) {
-        lk.unlock();
+      const int64_t total = omr::hostWaitedNs();
+      const double recent = dt > 0 ? std::min(1.0, double(total - waited) * 1e-9 / dt) : 0;
+      waited = total;
+      const double decay = std::exp(-dt / kWindow);
+      share = share * decay + recent * (1 - decay);
+      if (state == kSleeping && share >= kSpinShare) {
         spinTeams();
-        lk.lock();
-      } else if (spinning && share <= kSleepShare + 1e-9) {
-        lk.unlock();
+      } else if (state == kSpinning && share <= kSleepShare) {
         sleepTeams();
-        lk.lock();
       }
     }
   }
@@ -160,6 +163,7 @@ void beforeParallelKernel(int threads) {
     if (!c.parallel || !c.pause_all) return;  // not libgomp: its own waits stay
     omr::setHostWaitObserver([] {
       Control& c = control();
+      if (!c.parked.load()) return;  // (polling: nothing to do on the waiting thread)
       std::lock_guard<std::mutex> lk(c.mu);
       c.cv.notify_all();
     });

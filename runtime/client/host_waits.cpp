@@ -5,7 +5,10 @@
 // emulated device runs its work on them: csrc/aten/team_wait.h).
 #include "host_waits.h"
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <cstdint>
 
 #include "openmtia/runtime.h"
 
@@ -13,7 +16,14 @@ namespace omr {
 namespace {
 
 std::atomic<int> g_waiting{0};
+std::atomic<int64_t> g_since_ns{0};   // when the count last went from zero to one
+std::atomic<int64_t> g_waited_ns{0};  // the time it was above zero, before that
 std::atomic<HostWaitObserver> g_observer{nullptr};
+
+int64_t nowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 void tell() {
   if (HostWaitObserver observer = g_observer.load(std::memory_order_acquire)) observer();
@@ -23,16 +33,28 @@ void tell() {
 
 int hostThreadsWaiting() noexcept { return g_waiting.load(); }
 
+int64_t hostWaitedNs() noexcept {
+  const int64_t waited = g_waited_ns.load();
+  return g_waiting.load() > 0 ? waited + std::max<int64_t>(0, nowNs() - g_since_ns.load()) : waited;
+}
+
 void setHostWaitObserver(HostWaitObserver observer) noexcept { g_observer.store(observer); }
 
 namespace detail {
 
 HostWaitScope::HostWaitScope() noexcept {
-  if (g_waiting.fetch_add(1) == 0) tell();
+  if (g_waiting.fetch_add(1) == 0) {
+    g_since_ns.store(nowNs());
+    tell();
+  }
 }
 
 HostWaitScope::~HostWaitScope() {
-  if (g_waiting.fetch_sub(1) == 1) tell();
+  const int64_t since = g_since_ns.load();  // (set before this thread's count was added)
+  if (g_waiting.fetch_sub(1) == 1) {
+    g_waited_ns.fetch_add(std::max<int64_t>(0, nowNs() - since));
+    tell();
+  }
 }
 
 }  // namespace detail

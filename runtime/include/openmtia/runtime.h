@@ -229,9 +229,12 @@ void deviceWaitIdle(int device);
 // stream, a device or an event), a synchronous copy, or a launch into a full
 // queue. The observer, if set, is called by such a thread whenever the count
 // goes from zero to non-zero or back (it reads the count: calls from two
-// threads may arrive out of order). An emulated device runs its work on the
+// threads may arrive out of order); it should return at once. An emulated device runs its work on the
 // host's cores: a waiting host thread leaves them to it (csrc/aten/team_wait.h).
 int hostThreadsWaiting() noexcept;
+// The total time, in nanoseconds, during which at least one host thread
+// waited so (it only grows).
+int64_t hostWaitedNs() noexcept;
 using HostWaitObserver = void (*)();
 void setHostWaitObserver(HostWaitObserver observer) noexcept;
 // Before the process tears down what tasks use (at exit, before static

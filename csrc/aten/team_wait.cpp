@@ -14,8 +14,8 @@
 // wake-up per parallel region).
 //
 // So the control thread (`mtia-teams`) watches how much of the time host
-// threads wait for the device (omr::hostThreadsWaiting: synchronizes,
-// synchronous copies, launches into a full queue). While that share is low
+// threads wait for the device (omr::hostWaitedNs: synchronizes, synchronous
+// copies, launches into a full queue). While that share is low
 // (a host-bound program: the host needs its core) it keeps an idle OpenMP
 // team of two of its own: libgomp then counts more threads than cores, and
 // every team's idle threads spin briefly and sleep. While it is high (a
@@ -27,6 +27,7 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -78,6 +79,8 @@ struct Control {
   std::condition_variable cv;
   std::atomic<int> state{kOff};
   std::atomic<bool> parked{false};  // the control waits for a host wait (the observer wakes it)
+  bool stop = false;                // under mu: stopTeamWait() asks the control to end
+  pid_t running_in = 0;             // under mu: the process whose control thread runs (0: none)
   void (*parallel)(void (*)(void*), void*, unsigned, unsigned) = nullptr;  // GOMP_parallel
   int (*pause_all)(int) = nullptr;                                        // omp_pause_resource_all
 
@@ -98,26 +101,34 @@ struct Control {
     pthread_sigmask(SIG_BLOCK, &all, nullptr);  // (signals go to the program's threads)
     pthread_setname_np(pthread_self(), "mtia-teams");
     sleepTeams();
-    if (!adaptive) {
-      for (;;) std::this_thread::sleep_for(std::chrono::hours(24));
-    }
-    // The share of recent time (an exponential average over kWindow) in
-    // which host threads waited, from the client's total every kPoll; while
-    // the teams sleep and the host has not waited for a while, the control
-    // itself sleeps until a host thread waits.
+    std::unique_lock<std::mutex> lk(mu);
+    if (adaptive) adapt(lk);
+    else cv.wait(lk, [this] { return stop; });
+    lk.unlock();
+    pause_all(1);  // (its team's thread ends with it)
+    state = kOff;
+    lk.lock();
+    running_in = 0;
+    cv.notify_all();
+  }
+  // The share of recent time (an exponential average over kWindow) in which
+  // host threads waited, from the client's total every kPoll; while the
+  // teams sleep and the host has not waited for a while, the control itself
+  // sleeps until a host thread waits. Returns once asked to stop.
+  void adapt(std::unique_lock<std::mutex>& lk) {
     using Clock = std::chrono::steady_clock;
     double share = 0;
     int64_t waited = omr::hostWaitedNs();
     auto last = Clock::now();
-    for (;;) {
+    while (!stop) {
       if (state == kSleeping && share < kIdleShare && !waiting()) {
-        std::unique_lock<std::mutex> lk(mu);
         parked = true;  // (seq_cst: a thread that starts waiting now sees it, or we see its count)
-        cv.wait(lk, [this] { return waiting(); });
+        cv.wait(lk, [this] { return stop || waiting(); });
         parked = false;
       } else {
-        std::this_thread::sleep_for(kPoll);
+        cv.wait_for(lk, kPoll, [this] { return stop; });
       }
+      if (stop) return;
       const auto now = Clock::now();
       const double dt = std::chrono::duration<double>(now - last).count();
       last = now;
@@ -127,9 +138,13 @@ struct Control {
       const double decay = std::exp(-dt / kWindow);
       share = share * decay + recent * (1 - decay);
       if (state == kSleeping && share >= kSpinShare) {
+        lk.unlock();
         spinTeams();
+        lk.lock();
       } else if (state == kSpinning && share <= kSleepShare) {
+        lk.unlock();
         sleepTeams();
+        lk.lock();
       }
     }
   }
@@ -168,8 +183,20 @@ void beforeParallelKernel(int threads) {
       c.cv.notify_all();
     });
     const bool adaptive = teamWaitMode() == TeamWait::kAdaptive;
+    std::lock_guard<std::mutex> lk(c.mu);
+    if (c.stop) return;  // (the process is exiting)
+    c.running_in = getpid();
     std::thread([adaptive] { control().run(adaptive); }).detach();
   });
+}
+
+void stopTeamWait() {
+  Control& c = control();
+  std::unique_lock<std::mutex> lk(c.mu);
+  c.stop = true;
+  if (c.running_in != getpid()) return;  // none started (or a forked child's copy: its thread is not here)
+  c.cv.notify_all();
+  c.cv.wait(lk, [&c] { return c.running_in == 0; });
 }
 
 bool teamsSleep() { return control().state.load(std::memory_order_relaxed) == kSleeping; }

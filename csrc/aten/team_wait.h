@@ -18,8 +18,12 @@ void beforeParallelKernel(int threads);
 // Whether OpenMP's idle threads sleep after a brief spin now: then ending a
 // worker's idle team saves no core, and costs a new team later.
 bool teamsSleep();
-// "spin", "sleep", or "off" (before the first parallel kernel, or in "spin"
-// mode): what the control set last, for tests.
+// At exit, after the stream workers stopped: ends the control thread and
+// its team (no thread of openmtia's is left); the control does not start
+// after it.
+void stopTeamWait();
+// "spin", "sleep", or "off" (before the first parallel kernel, in "spin"
+// mode, or after stopTeamWait): what the control set last, for tests.
 const char* teamWaitState();
 
 }  // namespace openmtia

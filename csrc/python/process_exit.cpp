@@ -26,11 +26,13 @@
 // Dispatcher's destructor). Now every task launched before exit runs first
 // (exit does not drop device work, as a sync would not), then the workers
 // end, and what is launched later (frees, event records during
-// finalization, a user's atexit work) runs on the launching thread.
+// finalization, a user's atexit work) runs on the launching thread. The
+// control of the kernel threads' waits ends too (aten/team_wait.h).
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/utils/pybind.h>
 
 #include "openmtia/runtime.h"
+#include "aten/team_wait.h"
 #include "runtime/device.h"
 #include "runtime/errors.h"
 #include "python/process_exit.h"
@@ -62,6 +64,7 @@ void initProcessExitBindings(py::module& m) {
       [] {
         py::gil_scoped_release no_gil;  // a running task may need the GIL to finish
         OMR_CALL(omr::stopWorkers());
+        stopTeamWait();
       },
       "Runs every launched task, then ends the stream workers: later launches run inline (at exit)");
 }

@@ -375,7 +375,6 @@ StreamId streamFromPool(int device, int priority) {
 
 size_t launchQueueDepth() { return loadedDriver().queue_depth; }
 
-
 void setWaitHook(WaitHook hook) {
   g_wait_hook.store(hook);
   check(T().set_wait_hook(&countedWait));

@@ -81,6 +81,9 @@ def serve(device):
         print(json.dumps(t), flush=True)
 
 
+QUIET = 0.05  # seconds between two turns (paired())
+
+
 def paired(pairs, index, repeats, inner):
     """(cpu time, mtia time) of CASES[index]: each device in its processes
     (one per pair), the median over the processes of each one's median. A
@@ -91,11 +94,18 @@ def paired(pairs, index, repeats, inner):
     runs at one of two speeds for seconds at a time (an add of one element in
     CPU PyTorch 1.15 or 2.0 us, alone on the machine), and a case's repeats run
     back to back in one process then the other put a whole slow stretch on one
-    device (the tiny-op rows read 1.8x, then 1.2x minutes later)."""
+    device (the tiny-op rows read 1.8x, then 1.2x minutes later). Each turn
+    starts QUIET seconds after the last one ended: an OpenMP team's idle
+    threads spin for their next region up to ~15 ms after a run (libgomp's
+    default while a process has no more OpenMP threads than cores), on a
+    core the next turn, in another process, needed (the table-batched
+    lookup, 3 calls a turn, read 3.67 ms on mtia after CPU PyTorch's turns,
+    2.73 ms with the pause; CPU's 2.09 and 2.15)."""
     times = [{d: [] for d in ("cpu", "mtia")} for _ in pairs]
     for _ in range(repeats):
         for procs, t in zip(pairs, times):
             for d in ("cpu", "mtia"):
+                time.sleep(QUIET)
                 t[d] += procs[d].times(index, 1, inner)
     return tuple(statistics.median(statistics.median(t[d]) for t in times) for d in ("cpu", "mtia"))
 

@@ -190,34 +190,62 @@ t.start()
 torch.mtia.synchronize()
 t.join()
 waiting_now = _C._host_threads_waiting()
-after = "{mode}" == "spin" and _C._team_wait_state() or (until(lambda: _C._team_wait_state() == "sleep") and "sleep")
+time.sleep(0.06)  # idle: the host neither launches nor waits
+idle = _C._team_wait_state()
+def switches():  # the control thread's voluntary context switches so far (-1: no control)
+    for t in os.listdir("/proc/self/task"):
+        try:
+            if open(f"/proc/self/task/{{t}}/comm").read().strip() == "mtia-teams":
+                status = open(f"/proc/self/task/{{t}}/status").read()
+                return int(status.split("voluntary_ctxt_switches:")[1].split()[0])
+        except FileNotFoundError:
+            pass
+    return -1
+time.sleep(0.3)  # idle for longer: the control stops polling
+s0 = switches()
+time.sleep(0.5)
+idle_wakeups = switches() - s0 if s0 >= 0 else -1
+small = torch.ones(8, device="mtia")
+def launching():  # the host busy, launching small kernels
+    global small
+    small = small + 1
+    return _C._team_wait_state() == "sleep"
+after = "{mode}" == "spin" and _C._team_wait_state() or (until(launching) and "sleep")
 same = torch.equal((x * 3 + 1).cpu(), x_cpu * 3 + 1) and torch.allclose(x.sum().cpu(), x_cpu.sum(), rtol=1e-5)
-print(before, busy, busy_threads, *seen, waiting_now, after, same)
+print(before, busy, busy_threads, *seen, waiting_now, idle, idle_wakeups, after, same)
 """
 
 
 @pytest.mark.needs_async
 def test_device_teams_sleep_while_the_host_is_busy_and_spin_while_it_waits():
     out = run(TEAM_WAIT.format(mode="adaptive"))
-    before, busy, busy_threads, waiting_state, waiting, waiting_threads, waiting_now, after, same = out
+    before, busy, busy_threads, waiting_state, waiting, waiting_threads, waiting_now, idle, idle_wakeups, after, \
+        same = out
     assert before == "off", out  # no control before a parallel kernel
     assert (busy, busy_threads) == ("sleep", "2"), out  # the control thread and its team's second thread
     # the host thread waited for 0.3 s: the control ended its team, the device's teams spin
     assert (waiting_state, waiting, waiting_threads) == ("spin", "1", "1"), out
-    assert (waiting_now, after) == ("0", "sleep"), out  # busy again: they sleep again
+    assert waiting_now == "0", out
+    # a pause in which the host does not use the device leaves them as they were
+    assert idle == "spin", out
+    # and after a longer one the control waits for the next host wait (no polling)
+    assert 0 <= int(idle_wakeups) <= 2, out
+    assert after == "sleep", out  # busy launching: they sleep again
     assert same == "True"
 
 
 @pytest.mark.needs_async
 @pytest.mark.parametrize("mode,states,control_threads", [
-    ("spin", ("off", "off", "off"), ("0", "0")),       # libgomp's own waits: no control
-    ("sleep", ("sleep", "sleep", "sleep"), ("2", "2")),  # the control's team stays, the host waiting or not
+    ("spin", ("off", "off", "off", "off"), ("0", "0")),          # libgomp's own waits: no control
+    ("sleep", ("sleep", "sleep", "sleep", "sleep"), ("2", "2")),  # the control's team stays, the host waiting or not
 ])
 def test_team_wait_modes_spin_and_sleep_hold_whatever_the_host_does(mode, states, control_threads):
     out = run(TEAM_WAIT.format(mode=mode), team_wait=mode)
-    before, busy, busy_threads, waiting_state, waiting, waiting_threads, waiting_now, after, same = out
+    before, busy, busy_threads, waiting_state, waiting, waiting_threads, waiting_now, idle, idle_wakeups, after, \
+        same = out
     assert before == "off", out
-    assert (busy, waiting_state, after) == states, out
+    assert (busy, waiting_state, idle, after) == states, out
+    assert int(idle_wakeups) <= 2, out  # (no control, or one that only waits to be stopped)
     assert (busy_threads, waiting_threads) == control_threads, out
     assert (waiting, waiting_now) == ("1", "0"), out  # the host thread's wait counted either way
     assert same == "True"

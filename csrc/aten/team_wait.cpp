@@ -19,7 +19,8 @@
 // (a host-bound program: the host needs its core) it keeps an idle OpenMP
 // team of two of its own: libgomp then counts more threads than cores, and
 // every team's idle threads spin briefly and sleep. While it is high (a
-// device-bound program) it ends that team, and the device's teams spin. A
+// device-bound program) it ends that team, and the device's teams spin.
+// Time in which the host neither launched nor waited does not count. A
 // thread's count of threads (and so a kernel's result) never depends on
 // this: only how its idle threads wait.
 #include "aten/team_wait.h"
@@ -60,6 +61,12 @@ constexpr auto kPoll = std::chrono::milliseconds(5);
 // host wait instead of polling (a program that is done with the device
 // costs no wake-ups).
 constexpr double kIdleShare = 0.05;
+// A poll in which no host thread launched or waited does not count: the
+// share is that of the time the host used the device, so a program that
+// pauses between bursts of work (a data loader's wait, a bench's turns)
+// finds its teams as its last burst left them. After this many such polls
+// in a row, the control waits for the next host wait.
+constexpr int kIdlePollsToPark = 20;
 
 TeamWait readMode() {
   const char* s = std::getenv("OPENMTIA_TEAM_WAIT");
@@ -112,29 +119,48 @@ struct Control {
     cv.notify_all();
   }
   // The share of recent time (an exponential average over kWindow) in which
-  // host threads waited, from the client's total every kPoll; while the
-  // teams sleep and the host has not waited for a while, the control itself
+  // host threads waited, from the client's total every kPoll (polls in
+  // which the host neither launched nor waited do not count); while the
+  // teams sleep and the host has not waited for a while, or once the host
+  // has not used the device for kIdlePollsToPark polls, the control itself
   // sleeps until a host thread waits. Returns once asked to stop.
   void adapt(std::unique_lock<std::mutex>& lk) {
     using Clock = std::chrono::steady_clock;
     double share = 0;
     int64_t waited = omr::hostWaitedNs();
+    int64_t launches = omr::hostLaunches();
+    int idle_polls = 0;
     auto last = Clock::now();
     while (!stop) {
-      if (state == kSleeping && share < kIdleShare && !waiting()) {
+      const bool park = (state == kSleeping && share < kIdleShare) || idle_polls >= kIdlePollsToPark;
+      if (park && !waiting()) {
         parked = true;  // (seq_cst: a thread that starts waiting now sees it, or we see its count)
         cv.wait(lk, [this] { return stop || waiting(); });
         parked = false;
-      } else {
-        cv.wait_for(lk, kPoll, [this] { return stop; });
+        // (the time parked does not count: the host did not wait in it, or
+        // used the device without waiting while the share was below kIdleShare)
+        last = Clock::now();
+        waited = omr::hostWaitedNs();
+        launches = omr::hostLaunches();
+        idle_polls = 0;
+        continue;
       }
+      cv.wait_for(lk, kPoll, [this] { return stop; });
       if (stop) return;
       const auto now = Clock::now();
       const double dt = std::chrono::duration<double>(now - last).count();
       last = now;
       const int64_t total = omr::hostWaitedNs();
+      const int64_t launched = omr::hostLaunches();
+      const bool used = total != waited || launched != launches || waiting();
       const double recent = dt > 0 ? std::min(1.0, double(total - waited) * 1e-9 / dt) : 0;
       waited = total;
+      launches = launched;
+      if (!used) {  // the host did not use the device: the share stays
+        ++idle_polls;
+        continue;
+      }
+      idle_polls = 0;
       const double decay = std::exp(-dt / kWindow);
       share = share * decay + recent * (1 - decay);
       if (state == kSleeping && share >= kSpinShare) {

@@ -115,6 +115,8 @@ PYBIND11_MODULE(_C, m) {
   // (team_wait.h), and how many host threads wait for the devices
   m.def("_team_wait_state", [] { return std::string(openmtia::teamWaitState()); });
   m.def("_host_threads_waiting", [] { return omr::hostThreadsWaiting(); });
+  m.def("_host_waited_ns", [] { return omr::hostWaitedNs(); });
+  m.def("_host_launches", [] { return omr::hostLaunches(); });
   m.def("_dense_work_scale", [] { return openmtia::kDenseWorkScale; });
   // the work a fallback kernel of the op ("aten::mm", overload "") over
   // these tensor arguments counts (useKernelThreads: every thread from _parallel_work)

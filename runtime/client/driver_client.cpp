@@ -402,6 +402,7 @@ void launch(int device, StreamId stream, const char* name, HostTask task) {
   a.user = task.user;
   a.destroy = task.destroy;
   a.name = name;
+  detail::countLaunch();
   OmtiaStatus st = T().launch_host_func(s, &a);
   if (st != OMTIA_SUCCESS) {  // not launched: still ours
     std::exception_ptr error;
@@ -508,6 +509,7 @@ std::vector<std::string> graphTaskNames(const Graph* graph) {
 }
 
 void graphLaunch(Graph* graph, int device, StreamId stream) {
+  detail::countLaunch();
   check(T().graph_launch(graph->handle, handle(device, stream)));
 }
 

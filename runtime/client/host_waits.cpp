@@ -1,4 +1,4 @@
-// Host threads waiting for the devices' work. The driver runs the waits; the
+// Host threads waiting for the devices' work, and the launches. The driver runs the waits; the
 // client counts the calls that wait (synchronizations, synchronous copies,
 // and launches into a full queue through the driver's wait hook), so that
 // the framework's policy can tell whether the host needs the cores (an
@@ -19,6 +19,7 @@ std::atomic<int> g_waiting{0};
 std::atomic<int64_t> g_since_ns{0};   // when the count last went from zero to one
 std::atomic<int64_t> g_waited_ns{0};  // the time it was above zero, before that
 std::atomic<HostWaitObserver> g_observer{nullptr};
+std::atomic<int64_t> g_launches{0};
 
 int64_t nowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
@@ -39,6 +40,12 @@ int64_t hostWaitedNs() noexcept {
 }
 
 void setHostWaitObserver(HostWaitObserver observer) noexcept { g_observer.store(observer); }
+
+int64_t hostLaunches() noexcept { return g_launches.load(std::memory_order_relaxed); }
+
+namespace detail {
+void countLaunch() noexcept { g_launches.fetch_add(1, std::memory_order_relaxed); }
+}  // namespace detail
 
 namespace detail {
 

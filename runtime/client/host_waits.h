@@ -1,5 +1,5 @@
-// The client's count of host threads waiting for the devices' work
-// (omr::hostThreadsWaiting in openmtia/runtime.h).
+// The client's count of host threads waiting for the devices' work, and of launches
+// (omr::hostThreadsWaiting, omr::hostLaunches in openmtia/runtime.h).
 #pragma once
 
 namespace omr {
@@ -15,6 +15,9 @@ class HostWaitScope {
   HostWaitScope(const HostWaitScope&) = delete;
   HostWaitScope& operator=(const HostWaitScope&) = delete;
 };
+
+// Counts a launch (omr::hostLaunches).
+void countLaunch() noexcept;
 
 }  // namespace detail
 }  // namespace omr

@@ -235,6 +235,10 @@ int hostThreadsWaiting() noexcept;
 // The total time, in nanoseconds, during which at least one host thread
 // waited so (it only grows).
 int64_t hostWaitedNs() noexcept;
+// The number of launches so far (it only grows): with hostWaitedNs, tells a
+// host that uses the devices from one that does neither (between bursts of
+// work, or done with them).
+int64_t hostLaunches() noexcept;
 using HostWaitObserver = void (*)();
 void setHostWaitObserver(HostWaitObserver observer) noexcept;
 // Before the process tears down what tasks use (at exit, before static

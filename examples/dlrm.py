@@ -86,7 +86,7 @@ def batches(data, batch_size, rank, world):
         yield Batch(dense_features=dense[lo:hi], sparse_features=kjt, labels=labels[lo:hi])
 
 
-def build(device, world, seed):
+def build(device, world, seed, sharding=None):
     """TorchRec's DLRM, made on CPU by `seed` (so every device and rank count
     starts from the same weights), sharded by TorchRec's planner over the
     process group; and its optimizer (the fused one of the tables, Adagrad
@@ -117,7 +117,7 @@ def build(device, world, seed):
     # every table with FBGEMM's fused kernel (on CPU the planner would also
     # offer data-parallel tables with a dense optimizer: the CPU twin then
     # trains another model); the planner picks the sharding types
-    constraints = {n: ParameterConstraints(compute_kernels=["fused"]) for n, _, _ in TABLES}
+    constraints = {n: ParameterConstraints(compute_kernels=["fused"], sharding_types=sharding) for n, _, _ in TABLES}
     planner = EmbeddingShardingPlanner(topology=Topology(world_size=world, compute_device=device.type),
                                        constraints=constraints)
     unsharded = model("meta")
@@ -177,7 +177,7 @@ def train(args, device, rank, world, verbose=True):
     samples/s (median step after warm-up) and the held-out data."""
     from torchrec.distributed.train_pipeline import TrainPipelineSparseDist
 
-    dmp, optimizer, plan = build(device, world, args.seed)
+    dmp, optimizer, plan = build(device, world, args.seed, args.sharding.split(",") if args.sharding else None)
     if verbose and rank == 0:
         kinds = sorted({p.sharding_type for m in plan.plan.values() for p in m.values()})
         print(f"tables sharded over {world} rank(s) by TorchRec's planner: {', '.join(kinds)}; "
@@ -191,16 +191,17 @@ def train(args, device, rank, world, verbose=True):
     if verbose and rank == 0:
         from tqdm import tqdm
         bar = tqdm(total=steps, desc=f"train on {device.type}", unit="step", dynamic_ncols=True, file=sys.stdout)
-    losses, curve, times, window = [], [], [], []
+    losses, curve, times, cpu_times, window = [], [], [], [], []
     every = max(1, steps // 8)
     for step in range(steps):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         loss, logits, labels = pipeline.progress(it)
         if world > 1:
             loss = loss.clone()
             dist.all_reduce(loss, op=dist.ReduceOp.AVG)
         value = loss.item()  # a sync: the step's time is its full time
         times.append(time.perf_counter() - t0)
+        cpu_times.append(time.process_time() - c0)  # (this process's threads: the host's, and an emulated device's)
         losses.append(value)
         window.append((torch.sigmoid(logits).cpu(), labels.cpu()))
         if (step + 1) % every == 0:
@@ -213,7 +214,11 @@ def train(args, device, rank, world, verbose=True):
         bar.close()
     pipeline.detach()  # the model's own forward again (the pipeline had rewritten it)
     warm = sorted(times[10:] or times)
-    return dmp, losses, curve, args.batch_size / warm[len(warm) // 2], held
+    cpu = sorted(cpu_times[10:] or cpu_times)
+    step_s, cpu_s = warm[len(warm) // 2], cpu[len(cpu) // 2]
+    # (the median step, and the median CPU time of a step with how many of
+    # the host's cores it kept busy)
+    return dmp, losses, curve, args.batch_size / step_s, held, (cpu_s, cpu_s / step_s)
 
 
 def checkpoint_roundtrip(dmp, args, device, rank, world, held):
@@ -244,6 +249,8 @@ def main():
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--check", action="store_true", help="also train the CPU twin: its AUC must match")
     p.add_argument("--min-auc", type=float, default=0.7, help="the held-out AUC the run must beat (0.5: chance)")
+    p.add_argument("--sharding", default="", help="the sharding types the planner may pick, comma-separated "
+                   "(table_wise, row_wise, column_wise, table_row_wise, data_parallel; default: any it offers)")
     p.add_argument("--png", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "dlrm.png"))
     args = p.parse_args()
 
@@ -263,14 +270,14 @@ def main():
     if rank == 0:
         print(f"torch {torch.__version__}; device {device}; {world} rank(s), backend {dist.get_backend()}; "
               f"DLRM, {len(TABLES)} tables, {args.samples:,} training samples, global batch {args.batch_size}")
-    dmp, losses, curve, samples_s, held = train(args, device, rank, world)
+    dmp, losses, curve, samples_s, held, (cpu_s, cores) = train(args, device, rank, world)
     final_auc = auc(*predict(dmp, held, args.batch_size, rank, world, device))
     path, same = checkpoint_roundtrip(dmp, args, device, rank, world, held)
 
     ok = same and final_auc > args.min_auc
     twin = None
     if args.check and device.type != "cpu":
-        twin_dmp, _, _, twin_s, _ = train(args, torch.device("cpu"), rank, world, verbose=False)
+        twin_dmp, _, _, twin_s, _, _ = train(args, torch.device("cpu"), rank, world, verbose=False)
         twin = (auc(*predict(twin_dmp, held, args.batch_size, rank, world, torch.device("cpu"))), twin_s)
         ok = ok and abs(twin[0] - final_auc) <= 1e-3
     if rank == 0:
@@ -280,6 +287,8 @@ def main():
         print("summary:")
         print(f"  {device.type}: samples/s {samples_s:,.0f} (median step after 10 warm-up steps)  "
               f"final loss {losses[-1]:.4f}  held-out AUC {final_auc:.4f}")
+        print(f"  CPU time {cpu_s * 1e3:.2f} ms a step (median), all threads of rank 0's process "
+              f"({cores:.2f} of the host's {os.cpu_count()} cores busy)")
         if twin:
             print(f"  cpu twin: samples/s {twin[1]:,.0f} (in this process, after the {device.type} run: "
                   f"bench/recsys_bench.py times each device in its own)  held-out AUC {twin[0]:.4f} "

@@ -39,5 +39,10 @@ def test_recsys_bench_runs():
                        text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:] + r.stdout[-3000:]
     rows = [l for l in r.stdout.splitlines() if l.startswith("| DLRM train step")]
-    assert len(rows) == 2, r.stdout
+    assert [l.split("|")[1].strip() for l in rows] == [
+        "DLRM train step, 1 process", "DLRM train step, 2 ranks, tables sharded",
+        "DLRM train step, 2 ranks, table-wise on both"], r.stdout
+    for l in rows:  # samples/s, then CPU ms a step, of each device
+        cells = [c.strip() for c in l.split("|")]
+        assert all(float(c.replace(",", "")) > 0 for c in cells[2:4] + cells[6:8]), l
     assert "target: DLRM train-step throughput on mtia >= 1.0x CPU's" in r.stdout

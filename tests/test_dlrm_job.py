@@ -39,3 +39,16 @@ def test_the_job_on_two_ranks_under_torchrun(tmp_path):
     assert "2 rank(s), backend openmtia" in text
     assert "loaded into a fresh sharded model: predictions equal" in text
     assert auc_of(text, "mtia") > 0.7, text
+
+
+def test_the_sharding_types_the_planner_may_pick_and_the_cpu_time_a_step(tmp_path):
+    """--sharding limits the planner's choice (bench/recsys_bench.py runs
+    both devices with one plan so); the summary gives the process's CPU time
+    a step (what an emulated device costs the host's cores)."""
+    text = run([sys.executable, DLRM, "--sharding", "row_wise", "--samples", "16384", "--held-out", "2048",
+                "--min-auc", "0"], tmp_path)
+    assert "tables sharded over 1 rank(s) by TorchRec's planner: row_wise; fused" in text, text
+    m = re.search(r"^  CPU time (\d+\.\d\d) ms a step \(median\), all threads of rank 0's process "
+                  r"\((\d\.\d\d) of the host's (\d+) cores busy\)", text, re.M)
+    assert m, text
+    assert float(m.group(1)) > 0 and 0 < float(m.group(2)) <= int(m.group(3)) + 0.5, text

@@ -190,6 +190,8 @@ t.start()
 torch.mtia.synchronize()
 t.join()
 waiting_now = _C._host_threads_waiting()
+small = torch.ones(8, device="mtia")
+small = small + 1  # (its signature's first call, which may run on the host, before the pauses)
 time.sleep(0.06)  # idle: the host neither launches nor waits
 idle = _C._team_wait_state()
 def switches():  # the control thread's voluntary context switches so far (-1: no control)
@@ -205,14 +207,18 @@ time.sleep(0.3)  # idle for longer: the control stops polling
 s0 = switches()
 time.sleep(0.5)
 idle_wakeups = switches() - s0 if s0 >= 0 else -1
-small = torch.ones(8, device="mtia")
-def launching():  # the host busy, launching small kernels
+def launching():  # the host busy, launching small kernels, not waiting for them
     global small
+    t = time.perf_counter() + 1e-4
+    while time.perf_counter() < t:  # (busy between launches: the device keeps up, the queue never fills)
+        pass
     small = small + 1
     return _C._team_wait_state() == "sleep"
+waited = _C._host_waited_ns()
 after = "{mode}" == "spin" and _C._team_wait_state() or (until(launching) and "sleep")
+after_waits = _C._host_waited_ns() - waited  # (the control heard of the launches, not of a wait)
 same = torch.equal((x * 3 + 1).cpu(), x_cpu * 3 + 1) and torch.allclose(x.sum().cpu(), x_cpu.sum(), rtol=1e-5)
-print(before, busy, busy_threads, *seen, waiting_now, idle, idle_wakeups, after, same)
+print(before, busy, busy_threads, *seen, waiting_now, idle, idle_wakeups, after, after_waits, same)
 """
 
 
@@ -220,7 +226,7 @@ print(before, busy, busy_threads, *seen, waiting_now, idle, idle_wakeups, after,
 def test_device_teams_sleep_while_the_host_is_busy_and_spin_while_it_waits():
     out = run(TEAM_WAIT.format(mode="adaptive"))
     before, busy, busy_threads, waiting_state, waiting, waiting_threads, waiting_now, idle, idle_wakeups, after, \
-        same = out
+        after_waits, same = out
     assert before == "off", out  # no control before a parallel kernel
     assert (busy, busy_threads) == ("sleep", "2"), out  # the control thread and its team's second thread
     # the host thread waited for 0.3 s: the control ended its team, the device's teams spin
@@ -230,7 +236,8 @@ def test_device_teams_sleep_while_the_host_is_busy_and_spin_while_it_waits():
     assert idle == "spin", out
     # and after a longer one the control waits for the next host wait (no polling)
     assert 0 <= int(idle_wakeups) <= 2, out
-    assert after == "sleep", out  # busy launching: they sleep again
+    # busy launching, without a wait: the control, woken by a launch, puts them to sleep again
+    assert (after, after_waits) == ("sleep", "0"), out
     assert same == "True"
 
 
@@ -242,7 +249,7 @@ def test_device_teams_sleep_while_the_host_is_busy_and_spin_while_it_waits():
 def test_team_wait_modes_spin_and_sleep_hold_whatever_the_host_does(mode, states, control_threads):
     out = run(TEAM_WAIT.format(mode=mode), team_wait=mode)
     before, busy, busy_threads, waiting_state, waiting, waiting_threads, waiting_now, idle, idle_wakeups, after, \
-        same = out
+        _, same = out
     assert before == "off", out
     assert (busy, waiting_state, idle, after) == states, out
     assert int(idle_wakeups) <= 2, out  # (no control, or one that only waits to be stopped)

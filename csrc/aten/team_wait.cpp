@@ -65,7 +65,7 @@ constexpr double kIdleShare = 0.05;
 // share is that of the time the host used the device, so a program that
 // pauses between bursts of work (a data loader's wait, a bench's turns)
 // finds its teams as its last burst left them. After this many such polls
-// in a row, the control waits for the next host wait.
+// in a row, the control waits for the host's next launch or wait.
 constexpr int kIdlePollsToPark = 20;
 
 TeamWait readMode() {
@@ -121,9 +121,10 @@ struct Control {
   // The share of recent time (an exponential average over kWindow) in which
   // host threads waited, from the client's total every kPoll (polls in
   // which the host neither launched nor waited do not count); while the
-  // teams sleep and the host has not waited for a while, or once the host
-  // has not used the device for kIdlePollsToPark polls, the control itself
-  // sleeps until a host thread waits. Returns once asked to stop.
+  // teams sleep and the host has not waited for a while, the control itself
+  // sleeps until a host thread waits; once the host has not used the device
+  // for kIdlePollsToPark polls, until it launches or waits. Returns once
+  // asked to stop.
   void adapt(std::unique_lock<std::mutex>& lk) {
     using Clock = std::chrono::steady_clock;
     double share = 0;
@@ -132,10 +133,15 @@ struct Control {
     int idle_polls = 0;
     auto last = Clock::now();
     while (!stop) {
-      const bool park = (state == kSleeping && share < kIdleShare) || idle_polls >= kIdlePollsToPark;
-      if (park && !waiting()) {
+      const bool idle = idle_polls >= kIdlePollsToPark;
+      if (((state == kSleeping && share < kIdleShare) || idle) && !waiting()) {
         parked = true;  // (seq_cst: a thread that starts waiting now sees it, or we see its count)
-        cv.wait(lk, [this] { return stop || waiting(); });
+        // after a pause, a host that comes back to launch without waiting
+        // (a host-bound loop) must find the teams asleep: its next launch
+        // wakes the control too
+        const int64_t before = omr::hostLaunches();
+        if (idle) omr::observeNextLaunch();
+        cv.wait(lk, [&] { return stop || waiting() || (idle && omr::hostLaunches() != before); });
         parked = false;
         // (the time parked does not count: the host did not wait in it, or
         // used the device without waiting while the share was below kIdleShare)

@@ -20,6 +20,7 @@ std::atomic<int64_t> g_since_ns{0};   // when the count last went from zero to o
 std::atomic<int64_t> g_waited_ns{0};  // the time it was above zero, before that
 std::atomic<HostWaitObserver> g_observer{nullptr};
 std::atomic<int64_t> g_launches{0};
+std::atomic<bool> g_observe_launch{false};  // observeNextLaunch()
 
 int64_t nowNs() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
@@ -43,8 +44,13 @@ void setHostWaitObserver(HostWaitObserver observer) noexcept { g_observer.store(
 
 int64_t hostLaunches() noexcept { return g_launches.load(std::memory_order_relaxed); }
 
+void observeNextLaunch() noexcept { g_observe_launch.store(true); }
+
 namespace detail {
-void countLaunch() noexcept { g_launches.fetch_add(1, std::memory_order_relaxed); }
+void countLaunch() noexcept {
+  g_launches.fetch_add(1, std::memory_order_relaxed);
+  if (g_observe_launch.load(std::memory_order_relaxed) && g_observe_launch.exchange(false)) tell();
+}
 }  // namespace detail
 
 namespace detail {

@@ -3,6 +3,7 @@
 // to tell a host that waits for the devices from a busy or an idle one.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <thread>
 
@@ -46,4 +47,24 @@ TEST(HostWaits, ASynchronizeCountsAsAWaitForAsLongAsItLasts) {
   const int64_t ns = omr::hostWaitedNs() - waited;
   EXPECT_GE(ns, 150'000'000);  // (the task slept 200 ms; the probe started after the launch)
   EXPECT_LT(ns, 5'000'000'000);
+}
+
+namespace {
+std::atomic<int> g_observed{0};
+}
+
+TEST(HostWaits, TheObserverHearsOfTheNextLaunchOnceAndOfEveryWait) {
+  omr::deviceSynchronize(0);
+  g_observed = 0;
+  omr::setHostWaitObserver([] { g_observed++; });
+  omr::launch(0, omr::kDefaultStream, "unobserved", [] {});
+  EXPECT_EQ(g_observed, 0);  // launches are not observed unless asked
+  omr::observeNextLaunch();
+  omr::launch(0, omr::kDefaultStream, "observed", [] {});
+  omr::launch(0, omr::kDefaultStream, "unobserved again", [] {});
+  EXPECT_EQ(g_observed, 1);
+  omr::launch(0, omr::kDefaultStream, "sleep", [] { std::this_thread::sleep_for(20ms); });
+  omr::streamSynchronize(0, omr::kDefaultStream);
+  EXPECT_EQ(g_observed, 3);  // the wait's start and end
+  omr::setHostWaitObserver(nullptr);
 }

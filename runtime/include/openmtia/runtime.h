@@ -241,6 +241,10 @@ int64_t hostWaitedNs() noexcept;
 int64_t hostLaunches() noexcept;
 using HostWaitObserver = void (*)();
 void setHostWaitObserver(HostWaitObserver observer) noexcept;
+// The observer is also called at the next launch (once, by the launching
+// thread): a policy that stopped polling hears of a host that uses the
+// devices again without waiting for them.
+void observeNextLaunch() noexcept;
 // Before the process tears down what tasks use (at exit, before static
 // destructors run): waits until every stream has run the work launched so
 // far, then ends the stream workers. From then on a launch runs its task on

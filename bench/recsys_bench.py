@@ -71,8 +71,7 @@ def main():
         for _ in range(repeats):
             for device in ("cpu", "mtia"):
                 runs[device].append(run(device, ranks, samples, sharding))
-        (cpu, cpu_ms), (mtia, mtia_ms) = ((statistics.median(r[0] for r in runs[d]), statistics.median(r[1] for r in runs[d]))
-                                          for d in ("cpu", "mtia"))
+        (cpu, cpu_ms), (mtia, mtia_ms) = (map(statistics.median, zip(*runs[d])) for d in ("cpu", "mtia"))
         ratio = mtia / cpu
         worst = ratio if worst is None else min(worst, ratio)
         print(f"| {'DLRM train step, ' + name:40} | {cpu:10,.0f} | {mtia:10,.0f} | {ratio:6.2f} | "

@@ -177,7 +177,7 @@ def train(args, device, rank, world, verbose=True):
     samples/s (median step after warm-up) and the held-out data."""
     from torchrec.distributed.train_pipeline import TrainPipelineSparseDist
 
-    dmp, optimizer, plan = build(device, world, args.seed, args.sharding.split(",") if args.sharding else None)
+    dmp, optimizer, plan = build(device, world, args.seed, args.sharding or None)
     if verbose and rank == 0:
         kinds = sorted({p.sharding_type for m in plan.plan.values() for p in m.values()})
         print(f"tables sharded over {world} rank(s) by TorchRec's planner: {', '.join(kinds)}; "
@@ -240,6 +240,19 @@ def checkpoint_roundtrip(dmp, args, device, rank, world, held):
     return directory[0], torch.equal(mine, theirs)
 
 
+SHARDING_TYPES = ("table_wise", "row_wise", "column_wise", "table_row_wise", "data_parallel")
+
+
+def sharding_types(text):
+    """--sharding: the listed types (an unknown one is an argument error)."""
+    kinds = [k for k in text.split(",") if k]
+    unknown = [k for k in kinds if k not in SHARDING_TYPES]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown sharding type {', '.join(unknown)} "
+                                         f"(one of {', '.join(SHARDING_TYPES)})")
+    return kinds
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", default="mtia")
@@ -249,8 +262,9 @@ def main():
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--check", action="store_true", help="also train the CPU twin: its AUC must match")
     p.add_argument("--min-auc", type=float, default=0.7, help="the held-out AUC the run must beat (0.5: chance)")
-    p.add_argument("--sharding", default="", help="the sharding types the planner may pick, comma-separated "
-                   "(table_wise, row_wise, column_wise, table_row_wise, data_parallel; default: any it offers)")
+    p.add_argument("--sharding", default="", type=sharding_types,
+                   help=f"the sharding types the planner may pick, comma-separated ({', '.join(SHARDING_TYPES)}; "
+                   "default: any it offers)")
     p.add_argument("--png", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "dlrm.png"))
     args = p.parse_args()
 

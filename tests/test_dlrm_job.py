@@ -52,3 +52,11 @@ def test_the_sharding_types_the_planner_may_pick_and_the_cpu_time_a_step(tmp_pat
                   r"\((\d\.\d\d) of the host's (\d+) cores busy\)", text, re.M)
     assert m, text
     assert float(m.group(1)) > 0 and 0 < float(m.group(2)) <= int(m.group(3)) + 0.5, text
+
+
+def test_an_unknown_sharding_type_is_an_argument_error():
+    out = subprocess.run([sys.executable, DLRM, "--sharding", "row_wise,rows"], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 2, out.stdout[-2000:] + out.stderr[-2000:]
+    assert ("argument --sharding: unknown sharding type rows (one of table_wise, row_wise, column_wise, "
+            "table_row_wise, data_parallel)") in out.stderr, out.stderr

@@ -1,8 +1,9 @@
-// Host threads waiting for the devices' work, and the launches. The driver runs the waits; the
-// client counts the calls that wait (synchronizations, synchronous copies,
-// and launches into a full queue through the driver's wait hook), so that
-// the framework's policy can tell whether the host needs the cores (an
-// emulated device runs its work on them: csrc/aten/team_wait.h).
+// Host threads waiting for the devices' work, and the launches. The driver
+// runs the waits; the client counts the calls that wait (synchronizations,
+// synchronous copies, and launches into a full queue through the driver's
+// wait hook) and the launches, so that the framework's policy can tell
+// whether the host needs the cores (an emulated device runs its work on
+// them: csrc/aten/team_wait.h).
 #include "host_waits.h"
 
 #include <algorithm>

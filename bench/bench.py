@@ -65,6 +65,13 @@ class DeviceProcess:
         self.proc.wait(timeout=60)
 
 
+# calls of a case before it is timed: its plans, allocations and lazy starts,
+# and the threads the fallback learns per kernel (a new signature's first
+# call, a warm-up, then 3 timed calls on every thread and 3 on one:
+# csrc/aten/fallback/learned_threads.cpp)
+WARMUP = 9
+
+
 def serve(device):
     """--serve: the child side of DeviceProcess. A request [index, repeats,
     inner] times `repeats` runs of CASES[index]; the case is made and warmed
@@ -388,7 +395,7 @@ LOW_PRECISION_CASES = [
 LOW_PRECISION_TARGET = 1.1  # mtia low-precision time / mtia float32 time
 
 
-def alternating(fns, repeats, inner, warmup=2, settle=0.0):
+def alternating(fns, repeats, inner, warmup=WARMUP, settle=0.0):
     """Per-repeat times of each of fns (name -> (fn, sync)), run in turns
     after `warmup` calls of each (plans, allocations, compiles, lazy init).
     settle: seconds of idle before each turn, so that the OpenMP teams of the

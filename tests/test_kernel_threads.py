@@ -29,8 +29,8 @@ def threads(prefix, named=True):
 """
 
 
-def run(body, team_wait="adaptive", stderr=None):
-    env = dict(os.environ, OMP_NUM_THREADS="2", OPENMTIA_TEAM_WAIT=team_wait)
+def run(body, team_wait="adaptive", stderr=None, **env_vars):
+    env = dict(os.environ, OMP_NUM_THREADS="2", OPENMTIA_TEAM_WAIT=team_wait, **env_vars)
     out = subprocess.run([sys.executable, "-c", HELPERS + textwrap.dedent(body)], env=env, capture_output=True,
                          text=True, timeout=300)
     assert out.returncode == 0, out.stderr
@@ -299,3 +299,74 @@ def test_a_launch_into_a_full_queue_counts_as_a_host_wait():
                          text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["1", "0", "True"], out.stdout
+
+
+# ---- threads learned per op and size (csrc/aten/fallback/learned_threads.h).
+# openmtia_test::threads_cost sleeps all_ms on more than one thread and
+# one_ms on one, and returns its thread count; over 2^18 elements it runs on
+# every thread by its size. Its calls on mtia: the new signature's first
+# (synchronous, on the host thread, by size: 2), a warm-up (2), then trials
+# on every thread and on one in turn, 3 each, then the choice.
+LEARN = """
+import openmtia, openmtia._C_test
+from openmtia import _C
+x = torch.zeros({n}, device="mtia")
+ok, bad = torch.zeros(1, device="mtia"), torch.ones(1, device="mtia")
+{setup}
+got = []
+for i in range(12):
+    try:
+        got.append(int(torch.ops.openmtia_test.threads_cost(x, bad if i == {fail} else ok, {all_ms}, {one_ms})[0]))
+    except RuntimeError as e:  # raised at the next synchronize, as a device error
+        assert "threads_cost failed on purpose" in str(e), e
+        got.append("failed")
+print(",".join(map(str, got)))
+print(",".join(c[2] for c in _C._kernel_thread_choices() if c[0] == "openmtia_test::threads_cost") or "-")
+# a real kernel under the same policy equals CPU's, on every call
+a = torch.randn(1 << 18)
+d = a.to("mtia")
+print(all(torch.equal(torch.cumsum(d, 0).cpu(), torch.cumsum(a, 0)) for _ in range(12)))
+"""
+
+
+def learn(all_ms, one_ms, n=1 << 18, fail=-1, setup="", **env_vars):
+    return run(LEARN.format(n=n, fail=fail, setup=setup, all_ms=all_ms, one_ms=one_ms), **env_vars)
+
+
+def test_a_kernel_no_faster_on_every_thread_learns_to_run_on_one():
+    seq, choice, same = learn(all_ms=20.0, one_ms=2.0)
+    assert seq == "2,2,2,1,2,1,2,1,1,1,1,1", seq
+    assert (choice, same) == ("one", "True")
+
+
+def test_a_kernel_faster_on_every_thread_keeps_them():
+    seq, choice, same = learn(all_ms=2.0, one_ms=20.0)
+    assert seq == "2,2,2,1,2,1,2,1,2,2,2,2", seq
+    assert (choice, same) == ("all", "True")
+
+
+def test_a_trial_whose_kernel_fails_is_not_timed_and_the_device_stays_usable():
+    # the 4th call (a trial on one thread) fails: the trial runs again later
+    seq, choice, same = learn(all_ms=20.0, one_ms=2.0, fail=3)
+    assert seq == "2,2,2,failed,1,2,1,2,1,1,1,1", seq
+    assert (choice, same) == ("one", "True")
+
+
+@pytest.mark.parametrize("how", ["size mode", "deterministic", "small"])
+def test_by_size_alone_in_size_mode_under_deterministic_algorithms_and_below_the_parallel_work(how):
+    if how == "size mode":
+        out = learn(all_ms=20.0, one_ms=2.0, OPENMTIA_KERNEL_THREADS="size")
+    elif how == "deterministic":
+        out = learn(all_ms=20.0, one_ms=2.0, setup="torch.use_deterministic_algorithms(True)")
+    else:  # 1,000 elements: one thread by size, nothing to learn
+        out = learn(all_ms=20.0, one_ms=2.0, n=1000)
+    expected = "1" if how == "small" else "2"
+    assert out == [",".join([expected] * 12), "-", "True"], out
+
+
+def test_an_unknown_kernel_threads_mode_is_named_and_learning_applies():
+    err = []
+    out = run(LEARN.format(n=1 << 18, fail=-1, setup="", all_ms=20.0, one_ms=2.0), stderr=err,
+              OPENMTIA_KERNEL_THREADS="fast")
+    assert out == ["2,2,2,1,2,1,2,1,1,1,1,1", "one", "True"], out
+    assert "ignoring OPENMTIA_KERNEL_THREADS=fast (learn or size)" in err[0], err

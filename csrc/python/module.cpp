@@ -14,6 +14,7 @@
 
 #include "openmtia/runtime.h"
 #include "aten/fallback/fallback.h"
+#include "aten/fallback/learned_threads.h"
 #include "aten/fallback/plan_cache.h"
 #include "aten/host_gemm.h"
 #include "aten/low_precision/activations.h"
@@ -118,6 +119,17 @@ PYBIND11_MODULE(_C, m) {
   m.def("_host_waited_ns", [] { return omr::hostWaitedNs(); });
   m.def("_host_launches", [] { return omr::hostLaunches(); });
   m.def("_dense_work_scale", [] { return openmtia::kDenseWorkScale; });
+  // what the fallback learned of its kernels' threads (learned_threads.h):
+  // [(op, size class, "all" / "one" / "learning", all threads' ns, one's ns)]
+  m.def("_kernel_thread_choices", [] {
+    py::list out;
+    for (const auto& c : openmtia::learnedThreadChoices())
+      out.append(py::make_tuple(c.op, c.size_class, c.choice, c.all_ns, c.one_ns));
+    return out;
+  });
+  m.def("_kernel_threads_mode", [] {
+    return std::string(openmtia::kernelThreadsMode() == openmtia::KernelThreadsMode::kLearn ? "learn" : "size");
+  });
   // the work a fallback kernel of the op ("aten::mm", overload "") over
   // these tensor arguments counts (useKernelThreads: every thread from _parallel_work)
   m.def("_kernel_work", [](const std::string& name, const std::string& overload, py::list args) {

@@ -9,6 +9,8 @@
 // - the ops openmtia_test::double_a and double_b: a C++ CPU kernel and no
 //   meta kernel (tests/test_async.py gives them meta kernels that disagree
 //   with it).
+#include <ATen/Parallel.h>
+#include <ATen/ops/full_like.h>
 #include <torch/csrc/utils/pybind.h>
 #include <torch/library.h>
 
@@ -18,6 +20,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 #include "python/extension_api.h"
 
@@ -75,10 +78,21 @@ struct FailingTask {
 TORCH_LIBRARY(openmtia_test, m) {
   m.def("double_a(Tensor x) -> Tensor");
   m.def("double_b(Tensor x) -> Tensor");
+  // A kernel that takes all_ms on more than one thread and one_ms on one,
+  // and returns x's shape filled with its thread count; it fails where
+  // fail (one element) is not 0 (the fallback's learned threads,
+  // csrc/aten/fallback/learned_threads.h)
+  m.def("threads_cost(Tensor x, Tensor fail, float all_ms, float one_ms) -> Tensor");
 }
 TORCH_LIBRARY_IMPL(openmtia_test, CPU, m) {
   m.impl("double_a", [](const at::Tensor& x) { return x.mul(2); });
   m.impl("double_b", [](const at::Tensor& x) { return x.mul(2); });
+  m.impl("threads_cost", [](const at::Tensor& x, const at::Tensor& fail, double all_ms, double one_ms) {
+    TORCH_CHECK(fail.item<float>() == 0, "threads_cost failed on purpose");
+    const int threads = at::get_num_threads();
+    std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(threads > 1 ? all_ms : one_ms));
+    return at::full_like(x, threads);
+  });
 }
 
 PYBIND11_MODULE(_C_test, m) {

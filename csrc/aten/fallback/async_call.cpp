@@ -16,6 +16,7 @@
 #include "aten/convolution.h"
 #include "aten/fallback/async_call.h"
 #include "aten/fallback/fallback.h"
+#include "aten/fallback/learned_threads.h"
 #include "aten/fallback/op_traits.h"
 #include "aten/fallback/planner.h"
 #include "aten/fallback/plan_cache.h"
@@ -180,8 +181,8 @@ AsyncCall::Result AsyncCall::run() {
                           [op = *plan->out_op, host = std::move(args), draws = std::move(draws), work, plan,
                            float32, scratch, keep = heldByTask(scratch_tensors)]() {
                             std::vector<c10::IValue>& stack = callStack(host, draws);
-                            useKernelThreads(work);
                             {
+                              LearnedThreads threads(op, work);
                               at::AutoDispatchBelowADInplaceOrView below_autograd;
                               ResultPlacement placement(scratch);
                               callCpuKernel(op, &stack, float32, work);
@@ -196,11 +197,11 @@ AsyncCall::Result AsyncCall::run() {
         [op, plan, host = std::move(args), outs = std::move(outs), draws = std::move(draws), work, float32,
          scratch = std::move(scratch), keep = heldByTask(scratch_tensors)]() mutable {
           std::vector<c10::IValue>& stack = callStack(host, draws);
-          useKernelThreads(work);
           std::vector<ResultPlacement::Slot> slots = scratch;  // first: a float32 stand-in takes its own
           for (auto& [slot, out] : outs)
             if (out.numel() > 0) slots.push_back({out.data_ptr(), out.storage().nbytes()});
           {
+            LearnedThreads threads(op, work);  // (learned per op and size: learned_threads.h)
             // as on the host: kernels run below autograd
             at::AutoDispatchBelowADInplaceOrView below_autograd;
             ResultPlacement placement(std::move(slots));  // results allocated in the outputs

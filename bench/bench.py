@@ -223,8 +223,12 @@ def table_batched_lookup(device):
     it): forward and backward with the fused EXACT_ROWWISE_ADAGRAD update,
     4 tables of 50,000 x 64, batches of 512 with 1-20 ids per bag; every call
     a batch of a new size (its ids' count), made on the host and copied in as
-    a data loader's would be (issue 42's point 3: no synchronous first call
-    per batch shape)."""
+    a data loader's for an accelerator would be: from pinned memory, without
+    blocking, as TorchRec's TrainPipelineSparseDist copies its batches (a
+    blocking copy from pageable memory waits for the stream, as CUDA's does:
+    each call then waited for the last one's backward, a latency rather than
+    a throughput) (issue 42's point 3: no synchronous first call per batch
+    shape)."""
     from fbgemm_gpu.split_embedding_configs import EmbOptimType
     from fbgemm_gpu.split_table_batched_embeddings_ops_common import EmbeddingLocation, PoolingMode
     from fbgemm_gpu.split_table_batched_embeddings_ops_training import (
@@ -241,13 +245,16 @@ def table_batched_lookup(device):
     for _ in range(64):
         lengths = torch.randint(1, 21, (len(tables) * batch,), generator=g)
         indices = torch.randint(0, tables[0][0], (int(lengths.sum()),), generator=g)
-        batches.append((indices, torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)])))
+        offsets = torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)])
+        if device != "cpu":
+            indices, offsets = indices.pin_memory(), offsets.pin_memory()
+        batches.append((indices, offsets))
     turn = [0]
 
     def f():
         indices, offsets = batches[turn[0] % len(batches)]
         turn[0] += 1
-        out = tbe(indices.to(device), offsets.to(device))
+        out = tbe(indices.to(device, non_blocking=True), offsets.to(device, non_blocking=True))
         out.sum().backward()
     return f
 

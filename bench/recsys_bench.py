@@ -1,9 +1,10 @@
 """Recommendation models, mtia vs CPU PyTorch (issue 42's point 7): the
 DLRM train step of examples/dlrm.py in one process and on 2 ranks sharded
 (torchrun), as samples/s; target >= 1.0x CPU's throughput. (The
-table-batched lookup row is in bench/bench.py's table.) On 2 ranks TorchRec's
-planner gives mtia another plan than CPU (a row-wise table): a third row
-runs both devices on CPU's (table-wise). Each row also gives the CPU time a
+table-batched lookup row is in bench/bench.py's table.) TorchRec's planner
+gives mtia another plan than CPU (row-wise tables, as it gives CUDA, even on
+one rank; CPU's planner does not offer row-wise): two more rows run both
+devices on CPU's (table-wise). Each row also gives the CPU time a
 step of rank 0's process, all threads: the host's, and on mtia the emulated
 device's, which share the host's cores.
 
@@ -44,10 +45,12 @@ def run(device, ranks, samples, sharding):
 
 
 # case, ranks, sharding types the planner may pick ("": any it offers for
-# the device: on 2 ranks it gives mtia a row-wise table, which CPU's planner
-# does not offer, so the third row runs both on the plan CPU's gets)
+# the device: it gives mtia row-wise tables, as it gives CUDA, even on one
+# rank, and CPU's planner does not offer row-wise; the "table-wise on both"
+# rows run both devices on the plan CPU's gets)
 CASES = [
     ("1 process", 1, ""),
+    ("1 process, table-wise on both", 1, "table_wise"),
     ("2 ranks, tables sharded", 2, ""),
     ("2 ranks, table-wise on both", 2, "table_wise"),
 ]

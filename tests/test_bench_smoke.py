@@ -40,7 +40,8 @@ def test_recsys_bench_runs():
     assert r.returncode == 0, r.stderr[-3000:] + r.stdout[-3000:]
     rows = [l for l in r.stdout.splitlines() if l.startswith("| DLRM train step")]
     assert [l.split("|")[1].strip() for l in rows] == [
-        "DLRM train step, 1 process", "DLRM train step, 2 ranks, tables sharded",
+        "DLRM train step, 1 process", "DLRM train step, 1 process, table-wise on both",
+        "DLRM train step, 2 ranks, tables sharded",
         "DLRM train step, 2 ranks, table-wise on both"], r.stdout
     for l in rows:  # samples/s, then CPU ms a step, of each device
         cells = [c.strip() for c in l.split("|")]

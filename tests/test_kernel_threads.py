@@ -326,6 +326,7 @@ print(",".join(c[2] for c in _C._kernel_thread_choices() if c[0] == "openmtia_te
 a = torch.randn(1 << 18)
 d = a.to("mtia")
 print(all(torch.equal(torch.cumsum(d, 0).cpu(), torch.cumsum(a, 0)) for _ in range(12)))
+print(_C._kernel_threads_mode(), any(c[0].startswith("aten::") for c in _C._kernel_thread_choices()))
 """
 
 
@@ -334,20 +335,28 @@ def learn(all_ms, one_ms, n=1 << 18, fail=-1, setup="", **env_vars):
 
 
 def test_a_kernel_no_faster_on_every_thread_learns_to_run_on_one():
-    seq, choice, same = learn(all_ms=20.0, one_ms=2.0)
+    # by default an op outside ATen learns, ATen's (the cumsum) keep their
+    # size's threads: CPU PyTorch's bits
+    seq, choice, same, mode, aten_learned = learn(all_ms=20.0, one_ms=2.0)
     assert seq == "2,2,2,1,2,1,2,1,1,1,1,1", seq
-    assert (choice, same) == ("one", "True")
+    assert (choice, same, mode, aten_learned) == ("one", "True", "extensions", "False")
+
+
+def test_in_learn_mode_atens_kernels_learn_too():
+    seq, choice, same, mode, aten_learned = learn(all_ms=20.0, one_ms=2.0, OPENMTIA_KERNEL_THREADS="learn")
+    assert seq == "2,2,2,1,2,1,2,1,1,1,1,1", seq
+    assert (choice, same, mode, aten_learned) == ("one", "True", "learn", "True")
 
 
 def test_a_kernel_faster_on_every_thread_keeps_them():
-    seq, choice, same = learn(all_ms=2.0, one_ms=20.0)
+    seq, choice, same, _, _ = learn(all_ms=2.0, one_ms=20.0)
     assert seq == "2,2,2,1,2,1,2,1,2,2,2,2", seq
     assert (choice, same) == ("all", "True")
 
 
 def test_a_trial_whose_kernel_fails_is_not_timed_and_the_device_stays_usable():
     # the 4th call (a trial on one thread) fails: the trial runs again later
-    seq, choice, same = learn(all_ms=20.0, one_ms=2.0, fail=3)
+    seq, choice, same, _, _ = learn(all_ms=20.0, one_ms=2.0, fail=3)
     assert seq == "2,2,2,failed,1,2,1,2,1,1,1,1", seq
     assert (choice, same) == ("one", "True")
 
@@ -361,12 +370,13 @@ def test_by_size_alone_in_size_mode_under_deterministic_algorithms_and_below_the
     else:  # 1,000 elements: one thread by size, nothing to learn
         out = learn(all_ms=20.0, one_ms=2.0, n=1000)
     expected = "1" if how == "small" else "2"
-    assert out == [",".join([expected] * 12), "-", "True"], out
+    mode = "size" if how == "size mode" else "extensions"
+    assert out == [",".join([expected] * 12), "-", "True", mode, "False"], out
 
 
 def test_an_unknown_kernel_threads_mode_is_named_and_learning_applies():
     err = []
     out = run(LEARN.format(n=1 << 18, fail=-1, setup="", all_ms=20.0, one_ms=2.0), stderr=err,
               OPENMTIA_KERNEL_THREADS="fast")
-    assert out == ["2,2,2,1,2,1,2,1,1,1,1,1", "one", "True"], out
-    assert "ignoring OPENMTIA_KERNEL_THREADS=fast (learn or size)" in err[0], err
+    assert out == ["2,2,2,1,2,1,2,1,1,1,1,1", "one", "True", "extensions", "False"], out
+    assert "ignoring OPENMTIA_KERNEL_THREADS=fast (extensions, learn or size)" in err[0], err

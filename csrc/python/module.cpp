@@ -128,7 +128,12 @@ PYBIND11_MODULE(_C, m) {
     return out;
   });
   m.def("_kernel_threads_mode", [] {
-    return std::string(openmtia::kernelThreadsMode() == openmtia::KernelThreadsMode::kLearn ? "learn" : "size");
+    switch (openmtia::kernelThreadsMode()) {
+      case openmtia::KernelThreadsMode::kExtensions: return std::string("extensions");
+      case openmtia::KernelThreadsMode::kLearn: return std::string("learn");
+      case openmtia::KernelThreadsMode::kSize: break;
+    }
+    return std::string("size");
   });
   // the work a fallback kernel of the op ("aten::mm", overload "") over
   // these tensor arguments counts (useKernelThreads: every thread from _parallel_work)

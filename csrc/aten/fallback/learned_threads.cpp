@@ -14,7 +14,10 @@
 // thread only where that saved at least kAllMustSave of one thread's time
 // (one thread leaves the other cores to the host and the other streams).
 // As cuDNN's benchmark mode, this makes a kernel's thread count, and so the
-// rounding of a parallel reduction, depend on timings: under
+// rounding of a parallel reduction, depend on timings: by default only the
+// kernels of ops outside ATen learn (ATen's keep CPU PyTorch's bits: with
+// every op learning, bf16 norms and activations run on one thread left
+// CPU's bits and, for the norms, CPU's error bound), and under
 // torch.use_deterministic_algorithms the work alone decides.
 #include "aten/fallback/learned_threads.h"
 
@@ -98,17 +101,33 @@ int sizeClass(int64_t work) {
 KernelThreadsMode kernelThreadsMode() {
   static const KernelThreadsMode mode = [] {
     const char* s = std::getenv("OPENMTIA_KERNEL_THREADS");
-    if (!s || !*s || std::strcmp(s, "learn") == 0) return KernelThreadsMode::kLearn;
+    if (!s || !*s || std::strcmp(s, "extensions") == 0) return KernelThreadsMode::kExtensions;
+    if (std::strcmp(s, "learn") == 0) return KernelThreadsMode::kLearn;
     if (std::strcmp(s, "size") == 0) return KernelThreadsMode::kSize;
-    std::fprintf(stderr, "openmtia: ignoring OPENMTIA_KERNEL_THREADS=%s (learn or size)\n", s);
-    return KernelThreadsMode::kLearn;
+    std::fprintf(stderr, "openmtia: ignoring OPENMTIA_KERNEL_THREADS=%s (extensions, learn or size)\n", s);
+    return KernelThreadsMode::kExtensions;
   }();
   return mode;
 }
 
+namespace {
+
+bool learns(const c10::OperatorHandle& op) {
+  switch (kernelThreadsMode()) {
+    case KernelThreadsMode::kLearn:
+      return true;
+    case KernelThreadsMode::kExtensions:
+      return op.schema().name().rfind("aten::", 0) != 0;
+    case KernelThreadsMode::kSize:
+      break;
+  }
+  return false;
+}
+
+}  // namespace
+
 LearnedThreads::LearnedThreads(const c10::OperatorHandle& op, int64_t work) {
-  if (work < kParallelWork || kernelThreadsMode() != KernelThreadsMode::kLearn ||
-      at::globalContext().deterministicAlgorithms()) {
+  if (work < kParallelWork || at::globalContext().deterministicAlgorithms() || !learns(op)) {
     useKernelThreads(work);  // one thread below kParallelWork: nothing to learn
     return;
   }

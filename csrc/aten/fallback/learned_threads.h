@@ -13,12 +13,15 @@ class OperatorHandle;
 
 namespace openmtia {
 
-// OPENMTIA_KERNEL_THREADS, read once: "learn" (the default): a CPU kernel
-// the fallback runs on a stream, over enough work to run on every thread
-// (useKernelThreads), runs on one thread instead where its first calls of
-// that op and size ran no faster on every thread; "size": by its work alone
-// (aten/threads.h).
-enum class KernelThreadsMode { kLearn, kSize };
+// OPENMTIA_KERNEL_THREADS, read once. A CPU kernel the fallback runs on a
+// stream, over enough work to run on every thread (useKernelThreads), runs
+// on one thread instead where its first calls of that op and size ran no
+// faster on every thread: in "extensions" (the default) the kernels of ops
+// outside ATen (FBGEMM's, a program's own), whose threads their authors set;
+// ATen's keep CPU PyTorch's thread count, and so its rounding bit for bit
+// (a parallel reduction sums per thread). "learn": every op's. "size": none
+// (by its work alone, aten/threads.h).
+enum class KernelThreadsMode { kExtensions, kLearn, kSize };
 KernelThreadsMode kernelThreadsMode();
 
 struct LearnedEntry;

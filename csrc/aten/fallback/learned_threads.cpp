@@ -23,6 +23,8 @@
 
 #include <ATen/Context.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/operator_name.h>
+#include <c10/util/llvmMathExtras.h>
 
 #include <algorithm>
 #include <atomic>
@@ -80,20 +82,10 @@ LearnedEntry& entryFor(const c10::OperatorHandle& op, int size_class) {
   auto& e = entries()[key];
   if (!e) {
     e = std::make_unique<LearnedEntry>();
-    e->op = op.schema().name();
-    if (!op.schema().overload_name().empty()) e->op += "." + op.schema().overload_name();
+    e->op = c10::toString(op.schema().operator_name());  // ("aten::mm.out"; no "." without an overload)
     e->size_class = size_class;
   }
   return *e;
-}
-
-int sizeClass(int64_t work) {
-  int c = 0;
-  while (work > 1) {
-    work >>= 1;
-    ++c;
-  }
-  return c;
 }
 
 }  // namespace
@@ -131,7 +123,7 @@ LearnedThreads::LearnedThreads(const c10::OperatorHandle& op, int64_t work) {
     useKernelThreads(work);  // one thread below kParallelWork: nothing to learn
     return;
   }
-  LearnedEntry& e = entryFor(op, sizeClass(work));
+  LearnedEntry& e = entryFor(op, static_cast<int>(c10::llvm::Log2_64(work)));  // (its size class)
   int choice = e.choice.load(std::memory_order_acquire);
   if (choice == kLearning) {
     std::lock_guard<std::mutex> lk(e.mu);

@@ -2,6 +2,8 @@
 #include "aten/fallback/meta_functions.h"
 #include "aten/per_op.h"
 
+#include <ATen/core/operator_name.h>
+
 #include <mutex>
 #include <unordered_map>
 
@@ -29,9 +31,7 @@ MetaFunction metaFunction(const c10::OperatorHandle& op) {
   // once per op and thread: the planner asks at every new shape (functions
   // are registered when the library loads, before any op runs)
   return perOp(&op.schema(), [&]() -> MetaFunction {
-    const auto& schema = op.schema();
-    std::string name = schema.name();
-    if (!schema.overload_name().empty()) name += "." + schema.overload_name();
+    const std::string name = c10::toString(op.schema().operator_name());  // ("aten::mm.out"; no "." without an overload)
     Registry& r = registry();
     std::lock_guard<std::mutex> lock(r.mu);
     auto it = r.fns.find(name);

@@ -4,8 +4,30 @@ import os
 # error in tests, never a silent eager run (openmtia/inductor/graphs.py)
 os.environ["OPENMTIA_GRAPH_CAPTURE_STRICT"] = "1"
 
+import gc  # noqa: E402
+import random  # noqa: E402
+
 import pytest  # noqa: E402
 import torch  # noqa: E402
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--order", default="file",
+        help="the order tests run in: 'file' (as written), 'reverse', or 'shuffle:SEED' (a seeded "
+             "shuffle): tests must pass in any order (tests/conftest.py)")
+
+
+def pytest_collection_modifyitems(config, items):
+    order = config.getoption("--order")
+    if order == "file":
+        return
+    if order == "reverse":
+        items.reverse()
+    elif order.startswith("shuffle:"):
+        random.Random(order.split(":", 1)[1]).shuffle(items)
+    else:
+        raise pytest.UsageError(f"--order: expected 'file', 'reverse' or 'shuffle:SEED', got {order!r}")
 
 
 def pytest_configure(config):
@@ -14,6 +36,10 @@ def pytest_configure(config):
         "needs_async: the test depends on a driver that runs tasks while the host goes on "
         "(OMTIA_DEVICE_ASYNC: it holds a stream, or checks that a call returns before its task ran). "
         "The synchronous reference driver runs every other test: -m 'not needs_async'.")
+    config.addinivalue_line(
+        "markers",
+        "allocator_state: the test asserts on the device allocator's state (stats, memory history, "
+        "empty_cache, out of memory): it starts from a settled device (settle_device()).")
 
 
 def driver_is_async():
@@ -28,6 +54,29 @@ def _needs_async(request):
     if request.node.get_closest_marker("needs_async") and not driver_is_async():
         pytest.fail("this test needs an asynchronous driver (OMTIA_DEVICE_ASYNC); the loaded one runs tasks "
                     "synchronously: deselect it with -m 'not needs_async'", pytrace=False)
+
+
+def settle_device():
+    """Frees what earlier tests left behind before a test reads the
+    allocator's state, as PyTorch's own CUDA memory checks do (gc.collect(),
+    then synchronize): tensors held by garbage cycles (a test's frame and a
+    ``pytest.raises(...) as info`` reference each other until the collector
+    runs, which it may do in the middle of a later test, between two reads of
+    the stats), and tasks still queued or finished but not yet destroyed
+    (what they captured is released by the host's synchronize), and pinned
+    blocks whose frees waited for copies (released by empty_host_cache once
+    the copies' streams passed them; they count as active until then)."""
+    gc.collect()
+    for i in range(torch.mtia.device_count()):
+        torch.mtia.synchronize(i)
+    torch.accelerator.empty_host_cache()
+
+
+@pytest.fixture(autouse=True)
+def _settled_device(request):
+    if request.node.get_closest_marker("allocator_state"):
+        settle_device()
+    yield
 
 
 @pytest.fixture(autouse=True)

@@ -97,6 +97,7 @@ def test_kept_ops_are_shim_calls_and_only_the_unlisted_one_uses_the_proxy_execut
     assert code.count("aoti_torch_proxy_executor_call_function(") == 2  # linalg_inv_ex, _linalg_check_errors
 
 
+@pytest.mark.allocator_state
 def test_weights_are_in_device_memory(small, small_package):
     torch.mtia.synchronize()
     before = torch.mtia.memory_allocated()
@@ -159,6 +160,7 @@ def test_bfloat16_package_matches_eager(tmp_path_factory):
     torch.testing.assert_close(out.cpu(), ref, atol=0.05, rtol=0.02)
 
 
+@pytest.mark.allocator_state
 def test_weights_kept_outside_the_library_are_loaded_onto_the_device(small, tmp_path_factory):
     # (torch 2.13's aoti_load_package does not install such weights, on CPU
     # either: the run crashes; load_pt2 with load_weights_from_disk does)

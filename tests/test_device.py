@@ -186,6 +186,7 @@ def test_tensor_to_and_mtia_method():
     assert t.to(torch.device("mtia", 1)).to("mtia:0").device.index == 0
 
 
+@pytest.mark.allocator_state
 def test_memory_stats_shape():
     before = torch.mtia.memory_allocated()
     x = torch.empty(1 << 20, dtype=torch.uint8, device="mtia")

@@ -45,6 +45,7 @@ def run_python(code, env=None, timeout=300):
 # ---------------------------------------------------------------- 1. memory in stream order
 
 @pytest.mark.needs_async
+@pytest.mark.allocator_state
 def test_memory_freed_by_the_host_is_reused_at_once_on_its_stream():
     a = torch.randn(1024, 1024, device="mtia")
     warm(lambda: a @ a)
@@ -133,6 +134,7 @@ def adamw_steps(model, opt, data, target, steps):
 
 
 @pytest.mark.needs_async
+@pytest.mark.allocator_state
 def test_a_warm_adamw_loop_is_flat_while_the_device_is_busy():
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10)).to("mtia")
@@ -159,6 +161,7 @@ def test_ten_thousand_steps_without_a_sync_run_on_a_256M_device():
 
 
 @pytest.mark.needs_async
+@pytest.mark.allocator_state
 def test_empty_cache_waits_for_queued_work_using_freed_blocks():
     warm(lambda: torch.full((1 << 20,), 2.0, device="mtia") * 3)
     gate = hold()

@@ -36,6 +36,7 @@ def test_invalid_device_index_raises():
     still_works()
 
 
+@pytest.mark.allocator_state
 def test_out_of_memory_raises_and_device_recovers():
     total = torch.mtia.get_device_properties(0)["total_memory"]
     torch.mtia.empty_cache()

@@ -70,6 +70,7 @@ def test_the_plan_cache_is_bounded_and_evicts_the_least_recently_used():
     assert openmtia._C._plan_cache_stats()["max_entries"] > 64
 
 
+@pytest.mark.allocator_state
 def test_memory_stats_show_the_host_memory_of_the_plan_cache_and_pinned_memory():
     torch.ones(3, device="mtia").cos()
     stats = torch.mtia.memory_stats()

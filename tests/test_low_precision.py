@@ -232,6 +232,7 @@ def test_in_place_and_out_overloads_match_cpu(dtype, mode):
 
 
 @pytest.mark.needs_async
+@pytest.mark.allocator_state
 @pytest.mark.parametrize("dtype", LOW, ids=str)
 def test_queued_calls_share_their_float32_scratch_and_stay_correct(dtype):
     """The float32 stand-ins of a call are freed once its task is launched:

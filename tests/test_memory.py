@@ -3,6 +3,9 @@ import pytest
 import torch
 import openmtia._C_test  # the test-only module (launch_blocking_task, ...)
 
+# every test here reads the allocator's state: each starts from a settled device (tests/conftest.py)
+pytestmark = pytest.mark.allocator_state
+
 
 def test_a_warm_training_loop_makes_no_device_allocations():
     torch.manual_seed(0)
@@ -154,3 +157,59 @@ def test_bad_memory_history_arguments_and_rng_states_raise():
     with pytest.raises(RuntimeError, match="RNG state must be a torch.ByteTensor of 16 bytes"):
         torch.mtia.set_rng_state(torch.zeros(5, dtype=torch.uint8))
     assert torch.rand(2, device="mtia").shape == (2,)
+
+
+def test_settling_frees_the_tensors_that_garbage_cycles_hold():
+    """What the allocator_state tests start from (tests/conftest.py): a tensor
+    held by a reference cycle stays allocated until the collector runs (in
+    CI it ran in the middle of a later test, between two stats reads)."""
+    import gc
+    from conftest import settle_device
+    gc.disable()  # (the collector must not run before settle_device does)
+    try:
+        base = torch.mtia.memory_allocated()
+        cycle = [torch.empty(256, device="mtia")]
+        cycle.append(cycle)
+        del cycle
+        assert torch.mtia.memory_allocated() == base + 1024  # garbage, still allocated
+        settle_device()
+        assert torch.mtia.memory_allocated() == base
+    finally:
+        gc.enable()
+
+
+@pytest.mark.needs_async
+def test_empty_cache_releases_blocks_whose_free_waits_for_another_stream():
+    """As CUDA's: a freed block that another stream used (record_stream) stops
+    counting as allocated at the free, stays active until that stream passes
+    the free, and empty_cache() waits for it and returns its segment."""
+    import threading
+    import time
+    torch.full((1 << 20,), 2.0, device="mtia") * 3  # a signature's first call waits for the stream: made here
+    torch.mtia.synchronize()
+    torch.mtia.empty_cache()
+    reserved = torch.accelerator.memory_reserved
+    before = reserved()
+    x = torch.full((1 << 20,), 2.0, device="mtia")  # 4 MiB: a segment of its own
+    x_segment = reserved() - before
+    assert x_segment >= 4 << 20
+    side = torch.mtia.Stream()
+    side.wait_stream(torch.mtia.current_stream())
+    with torch.mtia.stream(side):
+        gate = openmtia._C_test.launch_blocking_task(0)  # holds the side stream
+        y = x * 3  # queued behind the gate: reads x
+    x.record_stream(side)
+    held = reserved()
+    base = torch.mtia.memory_allocated()
+    active = torch.mtia.memory_stats()["active_bytes.all.current"]
+    del x
+    assert torch.mtia.memory_allocated() == base - (4 << 20)  # not allocated: freed by the host
+    assert torch.mtia.memory_stats()["active_bytes.all.current"] == active  # but not free while the side stream may read it
+    assert reserved() == held
+    threading.Timer(0.3, gate.release).start()
+    t0 = time.monotonic()
+    torch.mtia.empty_cache()  # waits for the side stream, then returns x's segment
+    assert time.monotonic() - t0 >= 0.25
+    assert torch.mtia.memory_stats()["active_bytes.all.current"] == active - (4 << 20)
+    assert reserved() == held - x_segment  # y's segment stays
+    torch.testing.assert_close(y.cpu(), torch.full((1 << 20,), 6.0))

@@ -150,11 +150,37 @@ def _create_backend(store, rank, world_size, timeout):
     return _C._c10d_backend(data, check, mesh, rank, world_size, -1, timeout.total_seconds())
 
 
+def _keep_gloo_for_cpu_tensors():
+    """``init_process_group()`` without a backend (and ``new_group()`` on such
+    a group): torch 2.13 makes a backend for the accelerator alone
+    (``BackendConfig``: {"mtia": "openmtia"} once mtia is the accelerator),
+    so CPU tensors, which had Gloo before openmtia was installed, found no
+    backend ("No backend type associated with device type cpu"). CPU keeps
+    its own default, Gloo, beside mtia's: as torch's default config of both
+    devices, "cpu:gloo,cuda:nccl". Other configurations are left as torch
+    made them."""
+    config = dist.distributed_c10d.BackendConfig
+    init = config.__init__
+    if getattr(init, "_openmtia", False):
+        return
+
+    def __init__(self, backend):
+        init(self, backend)
+        m = self.device_backend_map
+        if (str(backend) == dist.Backend.UNDEFINED and m.get("mtia") == NAME and "cpu" not in m
+                and dist.is_gloo_available()):
+            self.device_backend_map = {"cpu": dist.Backend(dist.Backend.GLOO), **m}
+
+    __init__._openmtia = True
+    config.__init__ = __init__
+
+
 def register():
     if not dist.is_available() or not hasattr(dist, "ProcessGroupGloo"):
         return
     if NAME.upper() in dist.Backend._plugins:
         return
+    _keep_gloo_for_cpu_tensors()
     # "cpu" too: a group made with backend="openmtia" alone also takes CPU
     # tensors (ordered with its mtia collectives). The default for CPU
     # tensors stays Gloo.

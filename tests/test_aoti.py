@@ -86,6 +86,31 @@ def test_package_runs_on_mtia_like_cpu_eager_with_dynamic_batch(net, net_package
             torch.testing.assert_close(out.cpu(), net(x), atol=1e-5, rtol=1e-5)
 
 
+def test_a_dynamic_batch_exported_from_one_takes_every_size_of_its_range(small, tmp_path_factory):
+    """Inductor starts backed sizes at 2 (its 0/1 specialization); the
+    package's input checks take the exported range, [1, 1024], as CPU's
+    package does: one request at a time is the commonest deployment."""
+    batch = torch.export.Dim("batch", min=1, max=1024)
+    package = build(small, torch.randn(8, 16), tmp_path_factory, "from_one", dynamic_shapes={"x": {0: batch}})
+    runner = torch._inductor.aoti_load_package(package)
+    with torch.no_grad():
+        for n in (1, 7, 300, 1, 1024):
+            x = torch.randn(n, 16)
+            torch.testing.assert_close(runner(x.to("mtia")).cpu(), small(x), atol=1e-5, rtol=1e-5)
+        with pytest.raises(RuntimeError, match=r"dim value is too large at 0, expected to be <= 1024, but got: 1025"):
+            runner(torch.randn(1025, 16, device="mtia"))
+        with pytest.raises(RuntimeError, match=r"dim value is too small at 0, expected it to be >= 1, but got: 0"):
+            runner(torch.randn(0, 16, device="mtia"))
+        torch.testing.assert_close(runner(torch.ones(1, 16).to("mtia")).cpu(), small(torch.ones(1, 16)), atol=1e-5,
+                                   rtol=1e-5)  # usable after the errors
+
+
+def test_a_dynamic_batch_keeps_the_exported_lower_bound(net_package):
+    runner = torch._inductor.aoti_load_package(net_package)  # Dim("batch", min=4, max=64)
+    with pytest.raises(RuntimeError, match=r"dim value is too small at 0, expected it to be >= 4, but got: 3"):
+        runner(torch.randn(3, 16, device="mtia"))
+
+
 def test_kept_ops_are_shim_calls_and_only_the_unlisted_one_uses_the_proxy_executor(net_package):
     import zipfile
 

@@ -55,8 +55,10 @@ def test_cpp_output_equals_python_and_cpu(built, device_index):
         torch.testing.assert_close(got, model(torch.load(built / "input.pt")), atol=1e-5, rtol=1e-5)
 
 
-def test_another_batch_size(built, tmp_path):
-    x = torch.randn(300, 32)
+@pytest.mark.parametrize("batch", [1, 7, 300])
+def test_other_batch_sizes_within_the_exported_range(built, tmp_path, batch):
+    # the package's batch is Dim(min=1, max=1024): one request at a time too
+    x = torch.randn(batch, 32)
     torch.save(x, tmp_path / "x.pt")
     r = run(built, built / "model.pt2", tmp_path / "x.pt", tmp_path / "y.pt")
     assert r.returncode == 0, r.stderr

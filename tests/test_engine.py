@@ -86,6 +86,8 @@ def test_record_stream_defers_reuse_until_the_other_stream_passed_the_free():
     side = torch.mtia.Stream()
     x = torch.ones(1 << 16, device="mtia")
     ptr = x.data_ptr()
+    with torch.mtia.stream(side):
+        warm(lambda: x * 2)  # (a first call waits for its stream: not behind the gate)
     torch.mtia.synchronize()
     with torch.mtia.stream(side):
         gate = hold()  # side is busy

@@ -177,7 +177,25 @@ def _after_codecache(codecache):
     codecache._get_cpp_wrapper_header = _get_cpp_wrapper_header
 
 
+def _after_compile_fx(compile_fx):
+    # AOTInductor: what the exported program allows each dynamic dimension
+    # (its module()'s range_constraints), for mtia's input checks
+    stock = compile_fx.compile_fx_aot
+    if getattr(stock, "_openmtia", False):
+        return
+
+    def compile_fx_aot(model_, *args, **kwargs):
+        from .cpp_wrapper import exported_ranges
+
+        with exported_ranges(getattr(model_, "range_constraints", None)):
+            return stock(model_, *args, **kwargs)
+
+    compile_fx_aot._openmtia = True
+    compile_fx.compile_fx_aot = compile_fx_aot
+
+
 _HOOKS = {
+    "torch._inductor.compile_fx": _after_compile_fx,
     "torch._inductor.codegen.common": _after_common,
     "torch._inductor.codegen.cpp_utils": _after_cpp_utils,
     "torch._inductor.cpp_builder": _after_cpp_builder,

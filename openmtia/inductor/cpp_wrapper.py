@@ -25,6 +25,8 @@ The generated library links ``libopenmtia_aoti.so`` (beside openmtia._C),
 which holds the two functions above and links libtorch only; it finds the
 runtime through the dispatcher (the op ``openmtia::_aoti_launch``).
 """
+import contextlib
+import contextvars
 import os
 
 from torch._inductor.codegen.cpp_wrapper_cpu import CppWrapperCpu
@@ -46,6 +48,47 @@ def build_options():
             raise RuntimeError(f"openmtia's C++ wrapper needs {path}, which this build of openmtia lacks: "
                                "rebuild it (pip install --no-build-isolation -e .)")
     return [INCLUDE_DIR], [PACKAGE_DIR], [LIBRARY]
+
+
+# The range constraints of the exported program being compiled
+# (ExportedProgram.range_constraints, which its module() carries): set by
+# exported_ranges() around compile_fx_aot.
+_EXPORTED_RANGES = contextvars.ContextVar("openmtia_exported_ranges", default=None)
+
+
+@contextlib.contextmanager
+def exported_ranges(ranges):
+    token = _EXPORTED_RANGES.set(ranges or None)
+    try:
+        yield
+    finally:
+        _EXPORTED_RANGES.reset(token)
+
+
+@contextlib.contextmanager
+def _exported_lower_bounds(shape_env):
+    """The shape environment's ranges with each dynamic dimension's lower
+    bound as exported. Inductor's ranges start backed sizes at 2 (its 0/1
+    specialization), but an export with Dim(min=1) promises its program for
+    size 1 too (ExportedProgram.range_constraints: [1, max]), and CPU's
+    package runs it: the input checks must accept what the export accepts."""
+    ranges = _EXPORTED_RANGES.get()
+    saved = shape_env.var_to_range
+    if not ranges:
+        yield
+        return
+    from torch.utils._sympy.value_ranges import ValueRanges
+
+    widened = dict(saved)
+    for symbol, exported in ranges.items():
+        inductor = widened.get(symbol)
+        if inductor is not None and exported.lower < inductor.lower:
+            widened[symbol] = ValueRanges(exported.lower, inductor.upper)
+    shape_env.var_to_range = widened
+    try:
+        yield
+    finally:
+        shape_env.var_to_range = saved
 
 
 def register_device_op_overrides(common):
@@ -146,6 +189,10 @@ class MtiaCppWrapper(CppWrapperCpu):
         for i, line in enumerate(lines):
             if isinstance(line, str) and line.strip() == self._CHECK_INPUTS_OFF:
                 lines[i] = line.replace(self._CHECK_INPUTS_OFF, self._CHECK_INPUTS_ON)
+
+    def generate_input_output_runtime_checks(self):
+        with _exported_lower_bounds(V.graph.sizevars.shape_env):
+            super().generate_input_output_runtime_checks()
 
     def _device_index_expr(self, device):
         if V.graph.aot_mode:

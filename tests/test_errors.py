@@ -116,3 +116,26 @@ def test_unsupported_layouts_and_devices_raise():
     with pytest.raises(NotImplementedError, match="Cannot copy out of meta tensor; no data!"):
         torch.zeros(2, device="mtia").copy_(torch.zeros(2, device="meta"))
     still_works()
+
+
+# the dtypes CPU's copy kernel cannot convert to (torch 2.13)
+UNCONVERTIBLE = ([torch.bits8, torch.bits16, torch.bits1x8, torch.bits2x4, torch.bits4x2, torch.float4_e2m1fn_x2]
+                 + [getattr(torch, f"int{i}") for i in range(1, 8)] + [getattr(torch, f"uint{i}") for i in range(1, 8)])
+
+
+@pytest.mark.parametrize("dtype", UNCONVERTIBLE, ids=str)
+@pytest.mark.parametrize("path", ["on mtia", "to mtia", "from mtia", "mtia:0 to mtia:1"])
+def test_a_dtype_cpu_cannot_convert_to_raises_at_the_call(dtype, path):
+    """Errors that depend on types alone are raised at the call, as CPU raises
+    them (NotImplementedError naming the dtype), never at the next sync: one
+    bad call must not fail whatever runs next."""
+    with pytest.raises(NotImplementedError) as cpu:
+        torch.ones(3).to(dtype)
+    src = torch.ones(3) if path == "to mtia" else torch.ones(3, device="mtia")
+    target = {"on mtia": "mtia", "to mtia": "mtia", "from mtia": "cpu", "mtia:0 to mtia:1": "mtia:1"}[path]
+    name = str(cpu.value).split("for ")[-1]  # 'UInt6'
+    with pytest.raises(NotImplementedError, match=f"not implemented for {name}"):
+        src.to(target, dtype)
+    torch.mtia.synchronize()  # nothing deferred
+    torch.mtia.synchronize(1)
+    still_works()

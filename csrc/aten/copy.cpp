@@ -3,6 +3,7 @@
 //
 // Byte transfers go through the runtime's memcpy on the current stream; layout
 // and dtype changes run as device tasks (a strided copy kernel) on the stream.
+#include <atomic>
 #include <cstring>
 
 #include <ATen/MemoryOverlap.h>
@@ -40,10 +41,29 @@ void enqueueMemcpy(const at::Tensor& dst, const at::Tensor& src, omr::CopyKind k
     OMR_CALL(omr::launch(dev, stream, "release", [keep = host.storage()] {}));
 }
 
+// Raises, at the call, what the task's CPU copy kernel would raise for these
+// dtypes without reading any element: CPU's NotImplementedError for a dtype
+// it cannot convert ("copy_" not implemented for 'UInt6': the bits, intN,
+// uintN and float4 types). The kernel is tried once per pair of dtypes on two
+// zeroed elements, strided as a layout-changing copy is (a dense copy of one
+// dtype is a memcpy and never gets here); pairs that worked are remembered.
+void checkCopyDtypes(at::ScalarType dst, at::ScalarType src) {
+  constexpr int kTypes = static_cast<int>(at::ScalarType::NumOptions);
+  static std::atomic<bool> works[kTypes][kTypes];
+  std::atomic<bool>& known = works[static_cast<int>(dst)][static_cast<int>(src)];
+  if (known.load(std::memory_order_relaxed)) return;
+  at::Tensor s = at::empty({4}, at::TensorOptions().dtype(src));
+  at::Tensor d = at::empty({2}, at::TensorOptions().dtype(dst));
+  std::memset(s.data_ptr(), 0, s.nbytes());
+  d.copy_(s.as_strided({2}, {2}));
+  known.store(true, std::memory_order_relaxed);
+}
+
 }  // namespace
 
 void launchCopyKernel(const at::Tensor& dst, const at::Tensor& src, const char* name) {
   auto dev = dst.device().index();
+  checkCopyDtypes(dst.scalar_type(), src.scalar_type());
   // Two contiguous mtia tensors of one shape (a dtype conversion: .to(),
   // autocast's casts): their elements, taken at the call (Operand), without
   // the host views' work on the calling thread.

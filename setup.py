@@ -103,14 +103,16 @@ setup(
     name="openmtia",
     version="0.1.0",
     description="An open MTIA backend for PyTorch, with an emulated device runtime",
-    packages=["openmtia", "openmtia.inductor", "openmtia.triton_backend"],
+    packages=["openmtia", "openmtia.inductor", "openmtia_triton"],
     ext_modules=[CMakeExtension("openmtia._C")],
     cmdclass={"build_ext": CMakeBuild},
     install_requires=["torch==2.13.0"],
     python_requires=">=3.10",
     entry_points={
         "torch.backends": ["openmtia = openmtia:_autoload"],
-        # Triton's plugin for mtia (active with OPENMTIA_INDUCTOR_BACKEND=triton)
-        "triton.backends": ["mtia = openmtia.triton_backend"],
+        # Triton's plugin for mtia (active with OPENMTIA_INDUCTOR_BACKEND=triton): a
+        # package of its own, so that Triton's discovery (any `import triton`)
+        # does not import openmtia, which loads the device
+        "triton.backends": ["mtia = openmtia_triton"],
     },
 )

@@ -122,3 +122,19 @@ def test_a_built_checkout_imports_without_a_warning():
                         "import torch; print(torch.ones(2, device='mtia').sum().item())"],
                        capture_output=True, text=True, cwd=root, timeout=120)
     assert r.returncode == 0 and r.stdout.strip() == "2.0", r.stderr
+
+
+def test_autoload_off_keeps_mtia_out_even_when_triton_is_imported():
+    """Triton imports every backend plugin at `import triton` (PyTorch's test
+    helpers import it): mtia's plugin must not load the device."""
+    out = run("import sys, torch, triton; from triton.backends import backends; "
+              "print('openmtia' in sys.modules, torch.mtia.is_available(), torch.accelerator.current_accelerator(), "
+              "'mtia' in backends)", TORCH_DEVICE_BACKEND_AUTOLOAD="0")
+    assert out == "False False None True"
+
+
+def test_with_autoload_on_tritons_mtia_backend_drives_the_device():
+    out = run("import torch, triton; from triton.runtime import driver; "
+              "print(type(driver.active).__name__, driver.active.get_active_torch_device())",
+              OPENMTIA_INDUCTOR_BACKEND="triton")
+    assert out == "MtiaInterpreterDriver mtia:0"

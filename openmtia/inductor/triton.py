@@ -8,7 +8,7 @@ the closed `PythonWrapperMtia`. The kernels run in Triton's CPU interpreter
 (TRITON_INTERPRET=1, set by openmtia at import in this mode). Triton needs an
 active driver and a compiler for the target even to interpret (Inductor
 compiles every kernel ahead of time): openmtia's Triton backend plugin
-(`openmtia.triton_backend`, entry point group "triton.backends") provides both.
+(`openmtia_triton`, entry point group "triton.backends") provides both.
 """
 import sys
 import types

@@ -21,13 +21,35 @@ model (which must predict the same) and draws the learning curve.
 """
 import argparse
 import datetime
+import logging
 import os
 import sys
 import tempfile
 import time
+import warnings
 
 import torch
 import torch.distributed as dist
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # (also when imported from elsewhere)
+from progress import Progress  # examples/progress.py  # noqa: E402
+
+
+class _TorchFxTracingAdvice(logging.Filter):
+    """torch 2.13's own ProxyableClassMeta (the metaclass of TorchRec's
+    KeyedJaggedTensor) calls torch's deprecated is_fx_tracing() at every
+    construction, which logs, once, advice for callers of is_fx_tracing():
+    this program calls it nowhere, so that one message is dropped."""
+
+    def filter(self, record):
+        return not record.getMessage().startswith("is_fx_tracing will return true")
+
+
+logging.getLogger("torch.fx._symbolic_trace").addFilter(_TorchFxTracingAdvice())
+# TorchRec 1.8's row-wise output distribution (torchrec/distributed/comm_ops.py)
+# calls the collectives torch 2.13 renamed; its callers cannot choose the new
+# ones. Only these two notices, and only from torch's c10d logger, are dropped.
+warnings.filterwarnings("ignore", category=FutureWarning, module="torch.distributed.c10d_logger",
+                        message=r"`torch\.distributed\.(reduce_scatter_tensor|all_gather_into_tensor)` is deprecated")
 
 TABLES = [  # name, rows, features (one table may serve several features)
     ("user_table", 20_000, ["user"]),
@@ -94,8 +116,10 @@ def build(device, world, seed, sharding=None):
     from fbgemm_gpu.split_embedding_configs import EmbOptimType
     from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
     from torchrec.distributed.model_parallel import DistributedModelParallel
-    from torchrec.distributed.planner import EmbeddingShardingPlanner, ParameterConstraints, Topology
-    from torchrec.distributed.types import ShardingEnv
+    from torchrec.distributed.planner import EmbeddingShardingPlanner, ParameterConstraints
+    from torchrec.distributed.planner.storage_reservations import FixedPercentageStorageReservation
+    from torchrec.distributed.planner.types import KernelConfig, TopologyFactory, TrainerConfig
+    from torchrec.distributed.types import ShardingEnv, ShardingType
     from torchrec.models.dlrm import DLRM, DLRMTrain
     from torchrec.modules.embedding_configs import EmbeddingBagConfig
     from torchrec.modules.embedding_modules import EmbeddingBagCollection
@@ -116,14 +140,25 @@ def build(device, world, seed, sharding=None):
                                                           "learning_rate": 0.05, "eps": 1e-8})
     # every table with FBGEMM's fused kernel (on CPU the planner would also
     # offer data-parallel tables with a dense optimizer: the CPU twin then
-    # trains another model); the planner picks the sharding types
+    # trains another model), so not data_parallel, which has none: where the
+    # sharder offers it (CPU), the planner picks among its other types
+    offered = sharder.sharding_types(device.type)
+    if not sharding and ShardingType.DATA_PARALLEL.value in offered:
+        sharding = [t for t in offered if t != ShardingType.DATA_PARALLEL.value]
     constraints = {n: ParameterConstraints(compute_kernels=["fused"], sharding_types=sharding) for n, _, _ in TABLES}
-    planner = EmbeddingShardingPlanner(topology=Topology(world_size=world, compute_device=device.type),
-                                       constraints=constraints)
+    topology = TopologyFactory.create_topology(TrainerConfig(world_size=world),
+                                               kernel_config=KernelConfig(compute_device=device.type))
+    # 15% of each device's memory kept for the dense part and the batches (the
+    # planner's default share; its heuristic reservation is deprecated)
+    planner = EmbeddingShardingPlanner(topology=topology, constraints=constraints,
+                                       storage_reservation=FixedPercentageStorageReservation(percentage=0.15))
     unsharded = model("meta")
     plan = planner.collective_plan(unsharded, [sharder], dist.GroupMember.WORLD)
-    dmp = DistributedModelParallel(unsharded, device=device, plan=plan, sharders=[sharder],
-                                   env=ShardingEnv.from_process_group(dist.GroupMember.WORLD))
+    # the tables' state as DTensors (ShardedTensor is deprecated), which
+    # torch.distributed.checkpoint saves and loads
+    env = ShardingEnv(dist.get_world_size(), dist.get_rank(), dist.GroupMember.WORLD, output_dtensor=True)
+    dmp = DistributedModelParallel(unsharded, device=device, plan=plan, sharders=[sharder], env=env,
+                                   data_parallel_wrapper=DenseDataParallel())
     load_full(dmp, initial)
     fused = set(dmp.fused_optimizer.params)
     dense = {k: p for k, p in dmp.named_parameters() if p.requires_grad and k not in fused}
@@ -132,13 +167,40 @@ def build(device, world, seed, sharding=None):
     return dmp, optimizer, plan
 
 
+def DenseDataParallel():
+    """DDP over the model's dense part, as TorchRec's default wrapper makes it,
+    but with torch's forward_sync_buffers for its deprecated broadcast_buffers
+    (the model has no buffers: the same model either way)."""
+    from torch.nn.parallel import DistributedDataParallel
+    from torchrec.distributed.model_parallel import DefaultDataParallelWrapper
+
+    class Wrapper(DefaultDataParallelWrapper):
+        def _ddp_wrap(self, dmp, env, device, ddp_ignore_param_names):
+            if not set(dict(dmp.named_parameters())) - ddp_ignore_param_names:
+                return
+            DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(
+                module=dmp._dmp_wrapped_module, params_and_buffers_to_ignore=ddp_ignore_param_names)
+            dmp._dmp_wrapped_module = DistributedDataParallel(
+                dmp._dmp_wrapped_module.to(device), device_ids=None if device.type == "cpu" else [device],
+                process_group=env.process_group, gradient_as_bucket_view=True, forward_sync_buffers=False,
+                static_graph=self._static_graph, bucket_cap_mb=self._bucket_cap_mb)
+
+    return Wrapper()
+
+
 def load_full(dmp, full):
     """Copies whole (unsharded) tensors into the sharded model: each rank its
     shards of a table, every rank the dense part."""
     by_suffix = {k.split("model.", 1)[-1]: v for k, v in full.items()}
+    from torch.distributed.tensor import DTensor
+
     for key, t in dmp.state_dict().items():
         src = by_suffix[key.split("model.", 1)[-1]]
-        if hasattr(t, "local_shards"):
+        if isinstance(t, DTensor):  # a table: its local shards (TorchRec's LocalShardsWrapper) and their offsets
+            local = t.to_local()
+            for shard, o in zip(local.local_shards(), local.local_offsets()):
+                shard.copy_(src[o[0]:o[0] + shard.shape[0], o[1]:o[1] + shard.shape[1]])
+        elif hasattr(t, "local_shards"):
             for shard in t.local_shards():
                 o, s = shard.metadata.shard_offsets, shard.metadata.shard_sizes
                 shard.tensor.copy_(src[o[0]:o[0] + s[0], o[1]:o[1] + s[1]])
@@ -187,10 +249,7 @@ def train(args, device, rank, world, verbose=True):
     pipeline = TrainPipelineSparseDist(dmp, optimizer, device, execute_all_batches=True)
     steps = args.samples // args.batch_size
     it = iter(batches(train_data, args.batch_size, rank, world))
-    bar = None
-    if verbose and rank == 0:
-        from tqdm import tqdm
-        bar = tqdm(total=steps, desc=f"train on {device.type}", unit="step", dynamic_ncols=True, file=sys.stdout)
+    bar = Progress(steps, f"train on {device.type}") if verbose and rank == 0 else None
     losses, curve, times, cpu_times, window = [], [], [], [], []
     every = max(1, steps // 8)
     for step in range(steps):
@@ -208,8 +267,7 @@ def train(args, device, rank, world, verbose=True):
             curve.append((step + 1, auc(torch.cat([p for p, _ in window]), torch.cat([y for _, y in window]))))
             window = []
         if bar:
-            bar.set_postfix(loss=f"{value:.4f}", samples_s=f"{args.batch_size / times[-1]:,.0f}")
-            bar.update(1)
+            bar.update(loss=f"{value:.4f}", samples_s=f"{args.batch_size / times[-1]:,.0f}")
     if bar:
         bar.close()
     pipeline.detach()  # the model's own forward again (the pipeline had rewritten it)

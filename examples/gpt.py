@@ -24,11 +24,14 @@ import os
 import sys
 import tempfile
 import time
+import warnings
 
 import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # (also when imported from elsewhere)
+from progress import Progress  # examples/progress.py  # noqa: E402
 
 CHARS = "0123456789+=\n."  # '.' pads
 STOI = {c: i for i, c in enumerate(CHARS)}
@@ -158,7 +161,15 @@ def deploy(model, prompts, device, directory):
     batch, length = torch.export.Dim("batch", min=1, max=4096), torch.export.Dim("length", min=2, max=SEQ)
     with torch.no_grad():
         ep = torch.export.export(model, (example,), dynamic_shapes={"idx": {0: batch, 1: length}})
-        path = torch._inductor.aoti_compile_and_package(ep, package_path=os.path.join(directory, "gpt.pt2"))
+        with warnings.catch_warnings():
+            # torch 2.13's Inductor deep-copies each graph it compiles
+            # (torch/_dynamo/repro/after_aot.py), and copying the exported
+            # program's input spec (a pytree LeafSpec) trips torch's own
+            # deprecation of LeafSpec checks (on CPU too): that one notice,
+            # here only
+            warnings.filterwarnings("ignore", category=FutureWarning,
+                                    message=r"`isinstance\(treespec, LeafSpec\)` is deprecated")
+            path = torch._inductor.aoti_compile_and_package(ep, package_path=os.path.join(directory, "gpt.pt2"))
     model.train()
     build_s = time.perf_counter() - start
     return torch._inductor.aoti_load_package(path), path, build_s
@@ -194,10 +205,7 @@ def train(args, device, steps, verbose=True, seed=0):
 
     g = torch.Generator().manual_seed(seed + 1)
     losses, step_times = [], []
-    bar = None
-    if verbose and rank == 0:
-        from tqdm import tqdm
-        bar = tqdm(total=steps, desc=f"train on {device}", unit="step", dynamic_ncols=True, file=sys.stdout)
+    bar = Progress(steps, f"train on {device}") if verbose and rank == 0 else None
     allocs_after_warmup = None
     is_mtia = dev_type == "mtia"
     graph, static = None, None
@@ -244,8 +252,7 @@ def train(args, device, steps, verbose=True, seed=0):
         losses.append(value)
         if bar:
             tok_s = args.batch_size * SEQ / step_times[-1]
-            bar.set_postfix(loss=f"{value:.4f}", tok_s=f"{tok_s:,.0f}")
-            bar.update(1)
+            bar.update(loss=f"{value:.4f}", tok_s=f"{tok_s:,.0f}")
     if bar:
         bar.close()
     extra = {}

@@ -6,16 +6,20 @@ import re
 import subprocess
 import sys
 
+from job_output import assert_quiet
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DLRM = os.path.join(ROOT, "examples", "dlrm.py")
 
 
 def run(cmd, tmp_path):
+    # (OMP_NUM_THREADS set: torchrun warns when it sets it itself)
     out = subprocess.run(cmd + ["--png", str(tmp_path / "dlrm.png")], capture_output=True, text=True, timeout=900,
-                         cwd=str(tmp_path))
+                         cwd=str(tmp_path), env=dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1")))
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert out.stdout.strip().endswith("OK"), out.stdout[-3000:]
     assert (tmp_path / "dlrm.png").stat().st_size > 0
+    assert_quiet(out.stdout, out.stderr)
     return out.stdout
 
 

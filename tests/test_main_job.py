@@ -9,6 +9,7 @@ import sys
 
 import pytest
 import torch
+from job_output import assert_quiet
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GPT = os.path.join(ROOT, "examples", "gpt.py")
@@ -57,6 +58,7 @@ def test_short_run_end_to_end(tmp_path):
     out = subprocess.run([sys.executable, GPT, "--steps", "40", "--width", "64", "--layers", "2", "--check",
                           "--png", str(png)], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert_quiet(out.stdout, out.stderr)
     text = out.stdout
     assert "held-out sums answered correctly" in text and "answers equal" in text and "OK" in text, text
     assert "peak device memory" in text and "device allocations after warm-up 0" in text, text

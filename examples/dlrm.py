@@ -45,6 +45,19 @@ class _TorchFxTracingAdvice(logging.Filter):
 
 
 logging.getLogger("torch.fx._symbolic_trace").addFilter(_TorchFxTracingAdvice())
+
+
+class _TorchRecGroupNotices(logging.Filter):
+    """TorchRec 1.8's table-row-wise and grid sharding make intra- and
+    cross-node process groups and log each (and that no pod size was set) as
+    a warning: notices about its own groups that ask nothing of the program.
+    (fbgemm_gpu's import configures the root logger, so they print.)"""
+
+    def filter(self, record):
+        return not record.getMessage().startswith(("[Connection]", "TORCHREC_RESOLVED_POD_SIZE not set"))
+
+
+logging.getLogger("torchrec.distributed.comm").addFilter(_TorchRecGroupNotices())
 # TorchRec 1.8's row-wise output distribution (torchrec/distributed/comm_ops.py)
 # calls the collectives torch 2.13 renamed; its callers cannot choose the new
 # ones. Only these two notices, and only from torch's c10d logger, are dropped.
@@ -119,7 +132,7 @@ def build(device, world, seed, sharding=None):
     from torchrec.distributed.planner import EmbeddingShardingPlanner, ParameterConstraints
     from torchrec.distributed.planner.storage_reservations import FixedPercentageStorageReservation
     from torchrec.distributed.planner.types import KernelConfig, TopologyFactory, TrainerConfig
-    from torchrec.distributed.types import ShardingEnv, ShardingType
+    from torchrec.distributed.types import ShardingEnv
     from torchrec.models.dlrm import DLRM, DLRMTrain
     from torchrec.modules.embedding_configs import EmbeddingBagConfig
     from torchrec.modules.embedding_modules import EmbeddingBagCollection
@@ -138,13 +151,7 @@ def build(device, world, seed, sharding=None):
     initial = model("cpu").state_dict()
     sharder = EmbeddingBagCollectionSharder(fused_params={"optimizer": EmbOptimType.EXACT_ROWWISE_ADAGRAD,
                                                           "learning_rate": 0.05, "eps": 1e-8})
-    # every table with FBGEMM's fused kernel (on CPU the planner would also
-    # offer data-parallel tables with a dense optimizer: the CPU twin then
-    # trains another model), so not data_parallel, which has none: where the
-    # sharder offers it (CPU), the planner picks among its other types
-    offered = sharder.sharding_types(device.type)
-    if not sharding and ShardingType.DATA_PARALLEL.value in offered:
-        sharding = [t for t in offered if t != ShardingType.DATA_PARALLEL.value]
+    sharding = sharding or planner_sharding_types(sharder.sharding_types(device.type))
     constraints = {n: ParameterConstraints(compute_kernels=["fused"], sharding_types=sharding) for n, _, _ in TABLES}
     topology = TopologyFactory.create_topology(TrainerConfig(world_size=world),
                                                kernel_config=KernelConfig(compute_device=device.type))
@@ -165,6 +172,20 @@ def build(device, world, seed, sharding=None):
     optimizer = CombinedOptimizer([dmp.fused_optimizer,
                                    KeyedOptimizerWrapper(dense, lambda ps: torch.optim.Adagrad(ps, lr=0.05))])
     return dmp, optimizer, plan
+
+
+def planner_sharding_types(offered):
+    """The sharding types the planner may pick when --sharding does not say:
+    those the sharder offers but two.
+    - data_parallel: every table takes FBGEMM's fused kernel (on CPU the
+      planner would also offer data-parallel tables with a dense optimizer:
+      the CPU twin would then train another model).
+    - table_column_wise: TorchRec 1.8 cannot give such a table's state as a
+      DTensor on a rank that holds no shard of it
+      (create_global_tensor_shape_stride_from_metadata has no case for it:
+      that rank's DTensor.from_local raises "Found shape:None"), and the
+      planner's choice among the types it may pick varies from run to run."""
+    return [t for t in offered if t not in ("data_parallel", "table_column_wise")]
 
 
 def DenseDataParallel():
@@ -333,6 +354,10 @@ def main():
     if world == 1:  # one process: a process group of one (TorchRec's sharding needs one)
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ.setdefault("MASTER_PORT", str(29500 + os.getpid() % 1000))
+        # as torchrun sets it: else TorchRec's row-wise input distribution
+        # warns through the root logger, which configures logging for the
+        # whole process (its later notices then print as warnings)
+        os.environ.setdefault("LOCAL_WORLD_SIZE", "1")
     if device.type == "mtia":
         torch.mtia.set_device(device)  # (as torch.cuda.set_device: the pipeline makes its streams on it)
     backend = "gloo" if device.type == "cpu" else None  # (mtia: the openmtia backend)

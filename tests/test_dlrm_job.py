@@ -64,3 +64,19 @@ def test_an_unknown_sharding_type_is_an_argument_error():
     assert out.returncode == 2, out.stdout[-2000:] + out.stderr[-2000:]
     assert ("argument --sharding: unknown sharding type rows (one of table_wise, row_wise, column_wise, "
             "table_row_wise, data_parallel)") in out.stderr, out.stderr
+
+
+def test_the_planner_may_pick_every_offered_sharding_type_but_two():
+    # data_parallel (no fused kernel) and table_column_wise (TorchRec 1.8
+    # cannot give its state as a DTensor on a rank without a shard of it: a
+    # 2-rank run failed in DTensor.from_local when the planner picked it)
+    sys.path.insert(0, os.path.dirname(DLRM))
+    try:
+        import dlrm
+    finally:
+        sys.path.pop(0)
+    from torchrec.distributed.embeddingbag import EmbeddingBagCollectionSharder
+    sharder = EmbeddingBagCollectionSharder()
+    assert dlrm.planner_sharding_types(sharder.sharding_types("mtia")) == [
+        "table_wise", "column_wise", "row_wise", "table_row_wise", "grid_shard"]
+    assert dlrm.planner_sharding_types(sharder.sharding_types("cpu")) == ["table_wise", "column_wise"]

@@ -130,12 +130,15 @@ int64_t kernelWork(const c10::OperatorHandle& op, const std::vector<c10::IValue>
   return a.numel() * b.size(-1) / kMatrixMacsPerElement;
 }
 
+namespace {
+// useKernelThreads' setting of the calling thread: changed only when it
+// must (a run of small kernels pays for the switch once: the calls cost
+// microseconds, as much as a small kernel).
+thread_local bool serial = false;
+thread_local int default_omp = 0;
+}  // namespace
+
 void useKernelThreads(int64_t work_elements) {
-  // The setting is per thread and changed only when it must: a run of small
-  // kernels pays for the switch once (the calls cost microseconds, as much as
-  // a small kernel).
-  thread_local bool serial = false;
-  thread_local int default_omp = 0;
   const auto& c = controls();
   const bool want_serial = work_elements < kParallelWork;
   if (c.omp_set && !want_serial) beforeParallelKernel(serial ? default_omp : c.omp_get());
@@ -158,6 +161,14 @@ void useKernelThreads(int64_t work_elements) {
     if (c.mkl_set_local) c.mkl_set_local(0);  // 0: MKL's global setting again
   }
   serial = want_serial;
+}
+
+void restoreThreadCounts() {
+  if (!serial) return;
+  const auto& c = controls();
+  c.omp_set(default_omp);
+  if (c.mkl_set_local) c.mkl_set_local(0);
+  serial = false;
 }
 
 void endThreadTeam() {

@@ -37,6 +37,10 @@ int64_t kernelWork(const c10::OperatorHandle& op, const std::vector<c10::IValue>
 // Every kernel task calls it first.
 // (Elements count as work, except where kernelWork() says more.)
 void useKernelThreads(int64_t work_elements);
+// Gives the calling thread back the OpenMP and MKL thread counts it had
+// before useKernelThreads changed them (a host thread that ran device tasks:
+// host_work.h).
+void restoreThreadCounts();
 // Ends the calling thread's OpenMP team, if it has one (its threads exit;
 // its next parallel region makes a new team).
 void endThreadTeam();

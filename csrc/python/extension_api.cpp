@@ -7,7 +7,8 @@
 namespace openmtia {
 namespace {
 
-const OpenmtiaExtensionApi kApi = {sizeof(OpenmtiaExtensionApi), &launchHostTaskOnCurrentStream};
+const OpenmtiaExtensionApi kApi = {sizeof(OpenmtiaExtensionApi), &launchHostTaskOnCurrentStream,
+                                   &launchHostTaskOnCurrentStreamWithFlags};
 
 }  // namespace
 

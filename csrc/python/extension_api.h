@@ -26,9 +26,15 @@ typedef struct OpenmtiaExtensionApi {
    * synchronization raises it (RuntimeError naming the task). destroy(user),
    * if set, runs on a host thread once the task is done with (also when the
    * launch fails). Returns null, or the launch's error message (valid until
-   * the thread's next call). The GIL may be held; fn runs without it. */
+   * the thread's next call). The GIL may be held. fn runs on a driver thread
+   * without the GIL, or on a host thread that waits for the stream (help-first
+   * waits), which may hold it: a task that may wait for the program (for
+   * another thread to act) is launched with OMTIA_LAUNCH_WAITS_FOR_HOST. */
   const char* (*launch_on_current_stream)(int device, const char* name, OmtiaHostFn fn, void* user,
                                           OmtiaDestroyFn destroy);
+  /* The same with OMTIA_LAUNCH_* flags (openmtia/driver.h). */
+  const char* (*launch_on_current_stream_with_flags)(int device, const char* name, OmtiaHostFn fn, void* user,
+                                                     OmtiaDestroyFn destroy, uint32_t flags);
 } OpenmtiaExtensionApi;
 
 #ifdef __cplusplus

@@ -30,6 +30,7 @@
 #include "aten/pointwise.h"
 #include "aten/prebuilt.h"
 #include "aten/team_wait.h"
+#include "aten/host_work.h"
 #include "aten/threads.h"
 #include "compile/graph_replay.h"
 #include "compile/kernels.h"
@@ -59,6 +60,7 @@ PYBIND11_MODULE(_C, m) {
     // A launch into a full queue waits without holding the GIL.
     omr::setWaitHook([](void (*wait)(void*), void* arg) { openmtia::withoutGil([&] { wait(arg); }); });
     omr::setIdleHook(openmtia::endIdleWorkerTeam);  // (threads.cpp)
+    omr::setHostWorkHook(openmtia::hostWork);       // a host thread that runs device tasks (host_work.h)
   }
   m.def("_default_generators", [] {
     py::tuple out(openmtia::deviceCount());

@@ -6,6 +6,7 @@
 // - launch_blocking_task(device, timeout_s): holds the current stream of
 //   `device` until the returned gate is released;
 // - launch_failing_task(device, name, message): a task that fails;
+// - launch_thread_probe(device): a task that records the thread that ran it;
 // - the ops openmtia_test::double_a and double_b: a C++ CPU kernel and no
 //   meta kernel (tests/test_async.py gives them meta kernels that disagree
 //   with it).
@@ -14,6 +15,10 @@
 #include <torch/csrc/utils/pybind.h>
 #include <torch/library.h>
 
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <memory>
@@ -40,8 +45,9 @@ const OpenmtiaExtensionApi& api() {
   return *a;
 }
 
-void launch(int device, const std::string& name, OmtiaHostFn fn, void* user, OmtiaDestroyFn destroy) {
-  const char* error = api().launch_on_current_stream(device, name.c_str(), fn, user, destroy);
+void launch(int device, const std::string& name, OmtiaHostFn fn, void* user, OmtiaDestroyFn destroy,
+            uint32_t flags = 0) {
+  const char* error = api().launch_on_current_stream_with_flags(device, name.c_str(), fn, user, destroy, flags);
   if (error) throw std::runtime_error(error);
 }
 
@@ -72,6 +78,14 @@ struct GateTask {
 struct FailingTask {
   std::string message;
 };
+
+// Which thread ran a task (the native id: threading.get_native_id()), and in
+// which order among the probes (0: not run).
+struct Probe {
+  std::atomic<long> thread_id{0};
+  std::atomic<long> order{0};
+};
+std::atomic<long> g_probes_run{0};
 
 }  // namespace
 
@@ -118,9 +132,27 @@ PYBIND11_MODULE(_C_test, m) {
                         " s: the test held the stream and something waited for it";
              return t->error.c_str();
            },
-           task, [](void* u) { delete static_cast<GateTask*>(u); });
+           task, [](void* u) { delete static_cast<GateTask*>(u); },
+           OMTIA_LAUNCH_WAITS_FOR_HOST);  // (it waits for the test's thread: never run by a waiting host thread)
     return gate;
   }, py::arg("device"), py::arg("timeout_s") = 30.0);
+  // A task that records the thread that ran it (help-first waits: a host
+  // thread that waits for the stream may run it).
+  py::class_<Probe, std::shared_ptr<Probe>>(m, "Probe")
+      .def_property_readonly("thread_id", [](const Probe& p) { return p.thread_id.load(); })
+      .def_property_readonly("order", [](const Probe& p) { return p.order.load(); });
+  m.def("launch_thread_probe", [](int device) {
+    auto probe = std::make_shared<Probe>();
+    launch(device, "test_probe",
+           [](void* u) -> const char* {
+             auto* p = static_cast<std::shared_ptr<Probe>*>(u);
+             (*p)->thread_id = static_cast<long>(syscall(SYS_gettid));
+             (*p)->order = ++g_probes_run;
+             return nullptr;
+           },
+           new std::shared_ptr<Probe>(probe), [](void* u) { delete static_cast<std::shared_ptr<Probe>*>(u); });
+    return probe;
+  });
   // For tests of asynchronous error reporting: a task that fails.
   m.def("launch_failing_task", [](int device, const std::string& name, const std::string& message) {
     launch(device, name, [](void* u) -> const char* { return static_cast<FailingTask*>(u)->message.c_str(); },

@@ -43,6 +43,11 @@ void syncCurrentStream(c10::DeviceIndex device) { OMR_CALL(omr::streamSynchroniz
 
 const char* launchHostTaskOnCurrentStream(int device, const char* name, OmtiaHostFn fn, void* user,
                                           OmtiaDestroyFn destroy) noexcept {
+  return launchHostTaskOnCurrentStreamWithFlags(device, name, fn, user, destroy, 0);
+}
+
+const char* launchHostTaskOnCurrentStreamWithFlags(int device, const char* name, OmtiaHostFn fn, void* user,
+                                                   OmtiaDestroyFn destroy, uint32_t flags) noexcept {
   thread_local std::string error;
   try {
     if (!fn) throw std::invalid_argument("launch_on_current_stream: fn is null");
@@ -56,7 +61,8 @@ const char* launchHostTaskOnCurrentStream(int device, const char* name, OmtiaHos
     // the C task as it is: the client hands it to the driver, which runs
     // destroy (also when the launch fails)
     launchOnCurrentStream(static_cast<c10::DeviceIndex>(device), name ? name : "extension_task",
-                          omr::HostTask{fn, user, destroy});
+                          omr::HostTask{fn, user, destroy,
+                                        (flags & OMTIA_LAUNCH_WAITS_FOR_HOST) ? omr::kTaskWaitsForHost : 0u});
     return nullptr;
   } catch (const std::exception& e) {
     error = e.what();

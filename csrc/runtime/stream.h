@@ -45,6 +45,9 @@ void launchOnCurrentStream(c10::DeviceIndex device, const char* name, F&& fn) {
 // once the task is done with, also when the launch fails.
 const char* launchHostTaskOnCurrentStream(int device, const char* name, OmtiaHostFn fn, void* user,
                                           OmtiaDestroyFn destroy) noexcept;
+// With OMTIA_LAUNCH_* flags (OMTIA_LAUNCH_WAITS_FOR_HOST).
+const char* launchHostTaskOnCurrentStreamWithFlags(int device, const char* name, OmtiaHostFn fn, void* user,
+                                                   OmtiaDestroyFn destroy, uint32_t flags) noexcept;
 // Waits for the current stream of `device` (raises pending task errors).
 void syncCurrentStream(c10::DeviceIndex device);
 

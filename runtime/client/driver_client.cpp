@@ -6,8 +6,9 @@
 //   to a driver library; the built-in ones lie beside the library holding
 //   this code (openmtia/libopenmtia_driver_<name>.so);
 // - the configuration: OPENMTIA_DEVICE_COUNT, OPENMTIA_DEVICE_MEMORY,
-//   OPENMTIA_LAUNCH_QUEUE_DEPTH, passed to the driver as options, and
-//   OPENMTIA_LAUNCH_BLOCKING, applied here;
+//   OPENMTIA_LAUNCH_QUEUE_DEPTH, OPENMTIA_STRICT_MEMORY, OPENMTIA_HELP_FIRST,
+//   passed to the driver as options, and OPENMTIA_LAUNCH_BLOCKING, applied
+//   here;
 // - the streams: per device, the default stream and two pools (normal and
 //   high priority) of kPoolSize streams each, made on first use;
 // - C++ errors: a status becomes the omr::Error of its code (OutOfMemoryError,
@@ -144,6 +145,9 @@ void load(Driver& d) {
   int strict = d.config.strict_memory;
   if (strict < 0 && parseCount("OPENMTIA_STRICT_MEMORY", 0, 1, &v)) strict = static_cast<int>(v);
   if (strict == 1) options.push_back({"strict_memory", 1});
+  int help_first = d.config.help_first;
+  if (help_first < 0 && parseCount("OPENMTIA_HELP_FIRST", 0, 1, &v)) help_first = static_cast<int>(v);
+  if (help_first >= 0) options.push_back({"help_first", help_first});
   if (d.config.launch_blocking >= 0) d.launch_blocking = d.config.launch_blocking == 1;
   else if (const char* s = std::getenv("OPENMTIA_LAUNCH_BLOCKING")) d.launch_blocking = std::string(s) == "1";
   OmtiaInitArgs args{sizeof(OmtiaInitArgs), options.data(), options.size()};
@@ -382,6 +386,11 @@ void setWaitHook(WaitHook hook) {
 
 void setIdleHook(IdleHook hook) { check(T().set_idle_hook(hook)); }
 
+void setHostWorkHook(HostWorkHook hook) {
+  // (a driver of ABI 1.0 runs no work on host threads but its synchronous launches, and has no hook)
+  if (OMTIA_HAS_FIELD(&T(), OmtiaDriver, set_host_work_hook)) check(T().set_host_work_hook(hook));
+}
+
 namespace detail {
 const char* runGuarded(void (*call)(void*), void* box) {
   return runCatching([&] { call(box); });
@@ -402,6 +411,7 @@ void launch(int device, StreamId stream, const char* name, HostTask task) {
   a.user = task.user;
   a.destroy = task.destroy;
   a.name = name;
+  a.flags = (task.flags & kTaskWaitsForHost) ? OMTIA_LAUNCH_WAITS_FOR_HOST : 0u;
   detail::countLaunch();
   OmtiaStatus st = T().launch_host_func(s, &a);
   if (st != OMTIA_SUCCESS) {  // not launched: still ours

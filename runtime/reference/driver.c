@@ -83,6 +83,7 @@ static size_t g_num_allocations, g_allocations_capacity;
 static OmtiaStream g_streams;
 static OmtiaWaitHook g_wait_hook; /* kept; a synchronous driver never waits for room */
 static OmtiaIdleHook g_idle_hook; /* kept; a synchronous driver never idles */
+static OmtiaHostWorkHook g_host_work_hook; /* around every piece of work: it runs on the launching thread */
 static OmtiaCorrelationHook g_correlation;
 static OmtiaActivityCallback g_activity;
 static void* g_activity_user;
@@ -487,7 +488,11 @@ static OmtiaStatus raiseStreamError(OmtiaStream s) {
 static void runWork(OmtiaStream s, const char* name, OmtiaHostFn fn, void* user, uint64_t correlation) {
   OmtiaActivityCallback activity = g_activity;
   int64_t start = activity ? unixNowNs() : 0;
-  const char* err = fn(user);
+  OmtiaHostWorkHook host_work = g_host_work_hook;
+  const char* err;
+  if (host_work) host_work(1);
+  err = fn(user);
+  if (host_work) host_work(0);
   if (err) setStreamError(s, name, err);
   if (activity) {
     OmtiaActivityRecord r;
@@ -566,6 +571,7 @@ static OmtiaStatus memcpyAsync(void* dst, const void* src, size_t bytes, OmtiaCo
   a.user = c;
   a.destroy = free;
   a.name = "memcpy";
+  a.flags = 0;
   st = launchHostFunc(s, &a);
   if (st != OMTIA_SUCCESS) free(c); /* (not launched: still ours) */
   return st;
@@ -788,6 +794,7 @@ static OmtiaStatus graphLaunch(OmtiaGraph g, OmtiaStream s) {
   a.user = g;
   a.destroy = NULL;
   a.name = "graph";
+  a.flags = 0;
   return launchHostFunc(s, &a);
 }
 
@@ -800,6 +807,11 @@ static OmtiaStatus setWaitHook(OmtiaWaitHook hook) {
 
 static OmtiaStatus setIdleHook(OmtiaIdleHook hook) {
   g_idle_hook = hook;
+  return ok();
+}
+
+static OmtiaStatus setHostWorkHook(OmtiaHostWorkHook hook) {
+  g_host_work_hook = hook;
   return ok();
 }
 
@@ -826,6 +838,7 @@ static const OmtiaDriver kDriver = {
     graphCreate, graphDestroy, streamBeginCapture, streamEndCapture, streamIsCapturing, graphTaskCount,
     graphTaskName, graphLaunch, graphClear,
     setWaitHook, setIdleHook, setActivityCallback,
+    setHostWorkHook,
 };
 
 OMTIA_DRIVER_EXPORT const OmtiaDriver* openmtia_driver_get(uint32_t caller_abi_major) {

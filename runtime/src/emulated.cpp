@@ -51,6 +51,16 @@ std::atomic<int64_t> g_last_trim_ns{0};
 std::atomic<bool> g_bad_fork{false};  // this process was forked after g_used
 std::atomic<bool> g_workers_stopped{false};  // stopWorkers() ran: tasks run inline
 std::atomic<WaitHook> g_wait_hook{nullptr};
+std::atomic<HostWorkHook> g_host_work_hook{nullptr};
+// Help-first waits (RuntimeConfig::help_first): a host thread that waits for
+// a stream runs the stream's queued tasks itself while no worker has claimed
+// them, instead of sleeping while a worker (that may not have a core yet)
+// does. On cores shared with other busy threads this saves a worker's
+// wake-up and the host's sleep and wake-up per wait, and the wait ends as
+// soon as the work is done; where a worker already runs the tasks, the host
+// waits as before.
+std::atomic<bool> g_help_first{true};
+std::atomic<bool> g_hold_workers{false};  // holdWorkersForTesting()
 RuntimeConfig g_config;                  // configure(): read once, when the runtime is made
 std::atomic<bool> g_runtime_made{false};
 
@@ -130,6 +140,7 @@ struct EventState {
   StreamId stream = 0;
   uint64_t version = 0;     // number of records
   uint64_t done_version = 0;
+  uint64_t record_seq = 0;  // the last record's task on its stream (0: not known)
   Clock::time_point time;   // when the last record was reached
 };
 
@@ -158,7 +169,15 @@ struct Stream {
   int64_t label = 0;  // its number in messages and trace records (streamCreate's; else its id)
   std::mutex mu;
   std::condition_variable cv_work, cv_done;
-  struct Entry { std::string name; HostTask task; uint64_t tag = 0; };
+  struct Entry {
+    std::string name;
+    HostTask task;
+    uint64_t tag = 0;
+    // a stream_wait_event task: the event and version it waits for (the
+    // task holds the event's state until it is destroyed)
+    EventState* waits_on = nullptr;
+    uint64_t waits_version = 0;
+  };
   // Entries [popped, enqueued) in order: [popped, completed) have run and wait
   // to be destroyed by the host (drain()), [started, enqueued) wait to run.
   // The host alone allocates and frees queue memory and what tasks captured
@@ -225,7 +244,7 @@ struct Stream {
     for (;;) {
       {
         std::unique_lock<std::mutex> lk(mu);
-        if (started == enqueued && !stop) {
+        if (!workerMayClaim() && !stop) {
           // Launches often come in bursts: poll briefly before sleeping, so the
           // next task does not pay for waking a sleeping thread.
           uint64_t seen = started;
@@ -243,13 +262,13 @@ struct Stream {
           // idle for kTrimAfterMillis after running tasks: return the free heap memory
           if (ran_ns > g_last_trim_ns.load() &&
               !cv_work.wait_for(lk, std::chrono::milliseconds(kTrimAfterMillis),
-                                [this] { return started < enqueued || stop; })) {
+                                [this] { return workerMayClaim() || stop; })) {
             lk.unlock();
             trimHeap();
             lk.lock();
           }
         }
-        cv_work.wait(lk, [this] { return started < enqueued || stop; });
+        cv_work.wait(lk, [this] { return workerMayClaim() || (stop && started == enqueued && completed == started); });
         if (started == enqueued) {  // stopped, and every task ran
           inline_mode = true;
           return;
@@ -262,8 +281,60 @@ struct Stream {
       ran_ns = Clock::now().time_since_epoch().count();
     }
   }
-  // Runs one task (on the worker, or inline after stopWorkers()) and
-  // publishes its completion.
+  // Whether the worker may claim the waiting tasks (with mu held): there are
+  // some, and no task claimed before them is still running (on a host thread
+  // that helps: help()).
+  bool workerMayClaim() {
+    return started < enqueued && completed.load() == started &&
+           (stop || !g_hold_workers.load(std::memory_order_relaxed));
+  }
+  // Help-first: runs the queued tasks up to task `seq` on the calling host
+  // thread, in order, while no worker has claimed them. Claims are made
+  // under mu, and only while no claimed task runs (completed == started), so
+  // each task runs once and in order whoever runs it. Returns once task
+  // `seq` ran, or when the rest is a worker's: it is running tasks (the
+  // host then waits as before), or the next task waits for the host
+  // (kTaskWaitsForHost).
+  void help(uint64_t seq) {
+    std::vector<Entry*> batch;
+    while (completed.load() < seq) {
+      {
+        std::lock_guard<std::mutex> lk(mu);
+        if (inline_mode || completed.load() != started) return;
+        const uint64_t end = std::min(seq, enqueued);
+        for (; started < end; ++started) {
+          Entry& e = queue[started - popped];
+          if (e.task.flags & kTaskWaitsForHost) break;
+          batch.push_back(&e);
+        }
+        if (batch.empty()) return;
+      }
+      runOnHost(batch);
+      batch.clear();
+      std::lock_guard<std::mutex> lk(mu);
+      cv_work.notify_one();  // what is left (or a stop) is the worker's now
+    }
+  }
+  // Runs claimed tasks on the calling host thread as the device's work.
+  void runOnHost(const std::vector<Entry*>& batch) {
+    HostWorkHook hook = g_host_work_hook.load(std::memory_order_relaxed);
+    if (hook) hook(1);
+    {
+      std::optional<strict::DeviceWork> device_work;  // (a task run on a host thread is the device's work)
+      if (strict::enabled()) device_work.emplace(device);
+      for (Entry* e : batch) {
+        if (e->waits_on) helpRecord(e->waits_on, e->waits_version);
+        execute(*e);
+      }
+    }
+    if (hook) hook(0);
+  }
+  // Before a helped stream_wait_event: helps the stream the event's record
+  // is queued to, up to that record (else, with that stream's worker
+  // asleep or without a core, the host would only wait for it).
+  static void helpRecord(EventState* st, uint64_t version);
+  // Runs one task (on the worker, on a host thread that helps, or inline
+  // after stopWorkers()) and publishes its completion.
   void execute(Entry& e) {
     std::string err;
     bool failed = false;
@@ -338,7 +409,10 @@ struct Stream {
   void waitForRoom(size_t depth) {
     const uint64_t seen = enqueued_seen.load(std::memory_order_acquire);
     if (seen - completed.load() < depth) return;
-    auto wait = [this, target = seen - depth / 2] { sleepUntil(target); };
+    auto wait = [this, target = seen - depth / 2] {
+      if (mayHelp()) help(target);
+      sleepUntil(target);
+    };
     hookedWait(wait);
   }
   // Sleeps until `completed` reaches `seq` (woken by the worker only then).
@@ -354,7 +428,8 @@ struct Stream {
   }
   // Returns the task's sequence number, 0 if it was recorded into the graph
   // being captured.
-  uint64_t push(const char* name, HostTask fn, size_t depth, uint64_t tag = 0) {
+  uint64_t push(const char* name, HostTask fn, size_t depth, uint64_t tag = 0, EventState* waits_on = nullptr,
+               uint64_t waits_version = 0) {
     if (depth) waitForRoom(depth);
     Trash trash;  // destroyed after the lock is released
     std::unique_lock<std::mutex> lk(mu);
@@ -366,7 +441,7 @@ struct Stream {
       lk.unlock();
       return runInline(name, fn, tag);
     }
-    queue.push_back({name, fn, tag});
+    queue.push_back({name, fn, tag, waits_on, waits_version});
     uint64_t seq = ++enqueued;
     enqueued_seen.store(seq, std::memory_order_release);
     cv_work.notify_one();
@@ -374,10 +449,11 @@ struct Stream {
     return seq;
   }
   // push() of a Task, boxed (and destroyed here if push throws: not taken).
-  uint64_t push(const char* name, Task fn, size_t depth, uint64_t tag = 0) {
+  uint64_t push(const char* name, Task fn, size_t depth, uint64_t tag = 0, EventState* waits_on = nullptr,
+               uint64_t waits_version = 0) {
     HostTask t = box(std::move(fn));
     try {
-      return push(name, t, depth, tag);
+      return push(name, t, depth, tag, waits_on, waits_version);
     } catch (...) {
       t.destroy(t.user);
       throw;
@@ -395,11 +471,7 @@ struct Stream {
       started = enqueued;
       enqueued_seen.store(seq, std::memory_order_release);
     }
-    {
-      std::optional<strict::DeviceWork> device_work;  // (a task run on the launching thread is the device's work)
-      if (strict::enabled()) device_work.emplace(device);
-      execute(*e);
-    }
+    runOnHost({e});
     drain();
     return seq;
   }
@@ -426,10 +498,13 @@ struct Stream {
     }
   }
   void waitFor(uint64_t seq) {
+    if (mayHelp()) help(seq);
     waitIdle(seq);
     drain();
   }
-  // Waits for task `seq` without destroying finished tasks.
+  static bool mayHelp() { return !t_on_worker && g_help_first.load(std::memory_order_relaxed); }
+  // Waits for task `seq` without destroying finished tasks (nor running any:
+  // deviceWaitIdle's callers may hold locks a task could need).
   void waitIdle(uint64_t seq) {
     // A short task is done within microseconds: poll briefly before sleeping,
     // so a launch-then-synchronize does not pay for waking this thread. Not
@@ -534,6 +609,7 @@ class Runtime {
     if (c.device_memory > 0) cap = c.device_memory;
     if (c.launch_queue_depth > 0) queue_depth = c.launch_queue_depth;
     if (c.launch_blocking >= 0) launch_blocking = c.launch_blocking == 1;
+    if (c.help_first >= 0) g_help_first = c.help_first == 1;
     for (int i = 0; i < n; ++i) {
       devices_.push_back(std::make_unique<Device>());
       devices_.back()->index = i;
@@ -561,6 +637,20 @@ Stream& getStream(int device, StreamId id) {
   checkNotForked();
   if (strict::enabled()) strict::markHostThread();
   return Runtime::get().device(device).stream(id);
+}
+
+void Stream::helpRecord(EventState* st, uint64_t version) {
+  int device;
+  StreamId stream;
+  uint64_t seq = 0;
+  {
+    std::lock_guard<std::mutex> lk(st->mu);
+    if (st->done_version >= version) return;
+    if (st->version == version) seq = st->record_seq;  // (re-recorded since: that record is not known)
+    device = st->device;
+    stream = st->stream;
+  }
+  if (seq) getStream(device, stream).help(seq);
 }
 
 }  // namespace
@@ -732,17 +822,33 @@ void setWaitHook(WaitHook hook) { g_wait_hook = hook; }
 
 void setIdleHook(IdleHook hook) { g_idle_hook.store(hook); }
 
+void setHostWorkHook(HostWorkHook hook) { g_host_work_hook.store(hook); }
+
+void holdWorkersForTesting(bool hold) {
+  g_hold_workers = hold;
+  if (hold) return;
+  Runtime& rt = Runtime::get();
+  for (int d = 0; d < rt.count(); ++d)
+    for (Stream* s : rt.device(d).startedStreams()) {
+      std::lock_guard<std::mutex> lk(s->mu);
+      s->cv_work.notify_one();
+    }
+}
+
 void setTracing(TagHook tag, TraceSink sink) {
   g_tag_hook.store(tag);
   g_trace_sink.store(sink);
 }
 
 namespace {
+uint64_t tagNow() {
+  TagHook tag_hook = g_tag_hook.load(std::memory_order_relaxed);
+  return tag_hook ? tag_hook() : 0;
+}
 template <typename T>
 void launchOn(int device, StreamId stream, const char* name, T task) {
   Stream& s = getStream(device, stream);
-  TagHook tag_hook = g_tag_hook.load(std::memory_order_relaxed);
-  const uint64_t seq = s.push(name, std::move(task), Runtime::get().queue_depth, tag_hook ? tag_hook() : 0);
+  const uint64_t seq = s.push(name, std::move(task), Runtime::get().queue_depth, tagNow());
   if (seq && Runtime::get().launch_blocking) s.synchronize();  // raise at the failing task (0: captured)
 }
 }  // namespace
@@ -820,7 +926,7 @@ void eventRecord(Event* event, int device, StreamId stream) {
     st->stream = stream;
   }
   // without st->mu: the task takes it (on the worker, or here when tasks run inline)
-  s.push("event_record", Task([st, version] {
+  const uint64_t seq = s.push("event_record", Task([st, version] {
     auto now = Clock::now();
     std::lock_guard<std::mutex> lk2(st->mu);
     if (version >= st->done_version) {
@@ -829,6 +935,8 @@ void eventRecord(Event* event, int device, StreamId stream) {
     }
     st->cv.notify_all();
   }), Runtime::get().queue_depth);
+  std::lock_guard<std::mutex> lk(st->mu);
+  if (st->version == version) st->record_seq = seq;
 }
 
 void streamWaitEvent(int device, StreamId stream, Event* event) {
@@ -839,10 +947,13 @@ void streamWaitEvent(int device, StreamId stream, Event* event) {
     if (st->version == 0) return;
     version = st->version;
   }
-  launch(device, stream, "stream_wait_event", [st, version] {
+  Stream& s = getStream(device, stream);
+  EventState* waits_on = st.get();
+  const uint64_t seq = s.push("stream_wait_event", Task([st, version] {
     std::unique_lock<std::mutex> lk(st->mu);
     st->cv.wait(lk, [&] { return st->done_version >= version; });
-  });
+  }), Runtime::get().queue_depth, tagNow(), waits_on, version);
+  if (seq && Runtime::get().launch_blocking) s.synchronize();
 }
 
 bool eventQuery(Event* event) {
@@ -859,6 +970,11 @@ void eventSynchronize(Event* event) {
     std::unique_lock<std::mutex> lk(st->mu);
     if (st->version == 0) return;
     uint64_t version = st->version;
+    if (st->done_version < version && Stream::mayHelp()) {
+      lk.unlock();
+      Stream::helpRecord(st.get(), version);
+      lk.lock();
+    }
     st->cv.wait(lk, [&] { return st->done_version >= version; });
     device = st->device;
     stream = st->stream;

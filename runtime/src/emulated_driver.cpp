@@ -152,6 +152,7 @@ OmtiaStatus initialize(const OmtiaInitArgs* args) {
         else if (!std::strcmp(o.name, "device_memory")) c.device_memory = static_cast<size_t>(o.value);
         else if (!std::strcmp(o.name, "launch_queue_depth")) c.launch_queue_depth = static_cast<size_t>(o.value);
         else if (!std::strcmp(o.name, "strict_memory")) c.strict_memory = o.value ? 1 : 0;
+        else if (!std::strcmp(o.name, "help_first")) c.help_first = o.value ? 1 : 0;
       }
     }
     eng::configure(c);
@@ -261,7 +262,10 @@ OmtiaStatus launchHostFunc(OmtiaStream stream, const OmtiaLaunchArgs* args) {
     OMTIA_NEED_FIELDS(args, OmtiaLaunchArgs, name);
     need(args->fn, "args->fn");
     // (if the launch throws, the engine did not take the task: destroy is not called)
-    eng::launch(stream->device, stream->id, args->name ? args->name : "", eng::HostTask{args->fn, args->user, args->destroy});
+    const uint32_t flags = OMTIA_HAS_FIELD(args, OmtiaLaunchArgs, flags) ? args->flags : 0;
+    eng::launch(stream->device, stream->id, args->name ? args->name : "",
+                eng::HostTask{args->fn, args->user, args->destroy,
+                              (flags & OMTIA_LAUNCH_WAITS_FOR_HOST) ? eng::kTaskWaitsForHost : 0u});
   });
 }
 
@@ -415,6 +419,10 @@ OmtiaStatus setIdleHook(OmtiaIdleHook hook) {
   return call([&] { eng::setIdleHook(hook); });
 }
 
+OmtiaStatus setHostWorkHook(OmtiaHostWorkHook hook) {
+  return call([&] { eng::setHostWorkHook(hook); });
+}
+
 OmtiaStatus setActivityCallback(OmtiaCorrelationHook correlation, OmtiaActivityCallback callback, void* user) {
   return call([&] {
     g_correlation = correlation;
@@ -473,6 +481,7 @@ const OmtiaDriver kDriver = {
     &setWaitHook,
     &setIdleHook,
     &setActivityCallback,
+    &setHostWorkHook,
 };
 
 }  // namespace

@@ -5,8 +5,8 @@
 //
 // Device memory is host memory with its own per-device capacity and
 // accounting; every stream is an in-order queue run by its own worker
-// thread. The engine reads no environment: the driver passes its options
-// (configure()).
+// thread, or by a host thread that waits for it (help-first waits). The
+// engine reads no environment: the driver passes its options (configure()).
 #pragma once
 
 #include <cstddef>
@@ -24,7 +24,9 @@ using omr::CopyKind;
 using omr::DeviceProperties;
 using omr::Error;
 using omr::ErrorCode;
+using omr::HostWorkHook;
 using omr::IdleHook;
+using omr::kTaskWaitsForHost;
 using omr::kMaxDevices;
 using omr::OutOfMemoryError;
 using omr::RuntimeConfig;
@@ -75,6 +77,10 @@ using omr::HostTask;
 size_t launchQueueDepth();
 void setWaitHook(WaitHook hook);
 void setIdleHook(IdleHook hook);
+void setHostWorkHook(HostWorkHook hook);
+// For the engine's tests: while held, workers claim no task (a waiting host
+// thread then runs them all: help-first); released, they go on.
+void holdWorkersForTesting(bool hold);
 // Enqueues the task (waiting while the stream's queue is full) and returns.
 // If it throws, the task was not taken: destroy is not called. A failed task
 // records its error on the stream, raised (TaskError) at the next sync.

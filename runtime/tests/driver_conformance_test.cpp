@@ -231,19 +231,26 @@ TEST(Driver, StreamRunsItsWorkInOrder) {
   OK(D->stream_query(s.s));
 }
 
-TEST(Driver, HostFunctionsRunOffTheHostAndAreDestroyedOnIt) {
+TEST(Driver, HostFunctionsRunAfterTheLaunchReturnsAndAreDestroyedOnTheHost) {
+  // An asynchronous driver runs work on a driver thread, or on a host thread
+  // that waits for the stream (help-first waits: here, the synchronize), never
+  // inside the launch; on_driver_thread says which. A synchronous one runs it
+  // in the launch, on the launching thread.
   int flags = 0;
   const bool async = deviceFlags() & OMTIA_DEVICE_ASYNC;
   Stream s(0);
   struct Probe {
     std::thread::id ran_on, destroyed_on;
     int on_driver_thread = -1;
+    std::atomic<bool> launched{false};
+    bool ran_after_launch = false;
   } probe;
   OmtiaLaunchArgs a{};
   a.struct_size = sizeof a;
   a.fn = [](void* u) -> const char* {
     auto* pr = static_cast<Probe*>(u);
     pr->ran_on = std::this_thread::get_id();
+    pr->ran_after_launch = pr->launched.load();
     D->on_driver_thread(&pr->on_driver_thread);
     return nullptr;
   };
@@ -251,14 +258,15 @@ TEST(Driver, HostFunctionsRunOffTheHostAndAreDestroyedOnIt) {
   a.user = &probe;
   a.name = "probe";
   OK(D->launch_host_func(s.s, &a));
+  probe.launched = true;
   OK(D->stream_synchronize(s.s));
   EXPECT_EQ(probe.destroyed_on, std::this_thread::get_id());
+  EXPECT_EQ(probe.on_driver_thread, probe.ran_on == std::this_thread::get_id() ? 0 : 1);
   if (async) {
-    EXPECT_NE(probe.ran_on, std::this_thread::get_id());
-    EXPECT_EQ(probe.on_driver_thread, 1);
+    EXPECT_TRUE(probe.ran_after_launch);
   } else {
     EXPECT_EQ(probe.ran_on, std::this_thread::get_id());
-    EXPECT_EQ(probe.on_driver_thread, 0);
+    EXPECT_FALSE(probe.ran_after_launch);
   }
   OK(D->on_driver_thread(&flags));
   EXPECT_EQ(flags, 0);
@@ -860,12 +868,20 @@ TEST(Driver, TheIdleHookRunsOnADriverThreadWithNothingQueued) {
   std::atomic<int> ran{0};
   // the last piece of work outlasts the host's poll, so that the host sleeps
   // in stream_synchronize and the driver wakes it (the hook's condition): work
-  // done before the host waited woke no one, and ran no hook (a flaky run)
-  for (int i = 0; i < 5; ++i) OK(launch(s.s, "work", [&ran, i]() -> const char* {
+  // done before the host waited woke no one, and ran no hook (a flaky run).
+  // The host synchronizes once a driver thread runs the work (else it may run
+  // the work itself: help-first waits).
+  std::atomic<bool> first_started{false};
+  for (int i = 0; i < 5; ++i) OK(launch(s.s, "work", [&ran, &first_started, i]() -> const char* {
+      if (i == 0) first_started = true;
+      if (i == 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));
       if (i == 4) std::this_thread::sleep_for(std::chrono::milliseconds(50));
       ++ran;
       return nullptr;
     }));
+  auto t_start = std::chrono::steady_clock::now();
+  while (async && !first_started && std::chrono::steady_clock::now() - t_start < std::chrono::seconds(5))
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
   OK(D->stream_synchronize(s.s));
   auto t0 = std::chrono::steady_clock::now();
   while (async && g_idle_calls.load() == 0 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5))

@@ -6,8 +6,12 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <stdexcept>
+#include <mutex>
+#include <set>
 #include <thread>
+#include <vector>
 
 #include "engine.h"
 
@@ -69,5 +73,191 @@ TEST(Streams, IdleHookRunsOnTheWorkerOnceItsQueueIsEmpty) {
   EXPECT_TRUE(on_worker.load());
   EXPECT_GT(g_idle_calls.load(), while_busy);
   EXPECT_EQ(g_idle_on_worker.load(), g_idle_calls.load());
+  eng::streamDestroy(0, s);
+}
+
+// ------------------------------------------------------------ help-first waits
+// With the workers held (they claim nothing), a host thread that waits for a
+// stream runs its queued tasks itself: in order, each once.
+// (a wait that did not run the tasks would wait for ever: after 10 s the
+// workers are released, and the test fails)
+struct HeldWorkers {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::thread watchdog;
+  HeldWorkers() {
+    eng::holdWorkersForTesting(true);
+    watchdog = std::thread([this] {
+      std::unique_lock<std::mutex> lk(mu);
+      if (!cv.wait_for(lk, std::chrono::seconds(10), [this] { return done; })) {
+        ADD_FAILURE() << "the waiting host thread did not run the queued tasks";
+        eng::holdWorkersForTesting(false);
+      }
+    });
+  }
+  ~HeldWorkers() {
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      done = true;
+      cv.notify_all();
+    }
+    watchdog.join();
+    eng::holdWorkersForTesting(false);
+  }
+};
+
+struct Ran {
+  std::mutex mu;
+  std::vector<std::pair<int, std::thread::id>> tasks;  // (index, thread)
+  void add(int i) {
+    std::lock_guard<std::mutex> lk(mu);
+    tasks.emplace_back(i, std::this_thread::get_id());
+  }
+};
+
+TEST(HelpFirst, AWaitingHostThreadRunsTheQueuedTasksInOrderOnce) {
+  auto s = eng::streamCreate(0, 11);
+  Ran ran;
+  {
+    HeldWorkers held;
+    for (int i = 0; i < 200; ++i) eng::launch(0, s, "t", [&ran, i] { ran.add(i); });
+    EXPECT_TRUE(ran.tasks.empty());  // launches return at once, the tasks queued
+    eng::streamSynchronize(0, s);
+  }
+  ASSERT_EQ(ran.tasks.size(), 200u);
+  for (int i = 0; i < 200; ++i) {
+    EXPECT_EQ(ran.tasks[i].first, i);
+    EXPECT_EQ(ran.tasks[i].second, std::this_thread::get_id());
+  }
+  eng::streamDestroy(0, s);
+}
+
+TEST(HelpFirst, TwoThreadsWaitingForOneStreamRunEachTaskOnce) {
+  auto s = eng::streamCreate(0, 12);
+  Ran ran;
+  std::set<std::thread::id> hosts;
+  {
+    HeldWorkers held;
+    for (int i = 0; i < 2000; ++i) eng::launch(0, s, "t", [&ran, i] {
+        ran.add(i);
+        if (i % 100 == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));  // (the waits overlap)
+      });
+    std::thread other([&] { eng::streamSynchronize(0, s); });
+    hosts = {std::this_thread::get_id(), other.get_id()};
+    eng::streamSynchronize(0, s);
+    other.join();
+  }
+  ASSERT_EQ(ran.tasks.size(), 2000u);
+  for (int i = 0; i < 2000; ++i) {
+    EXPECT_EQ(ran.tasks[i].first, i);
+    EXPECT_EQ(hosts.count(ran.tasks[i].second), 1u);  // every task ran on a waiting host thread
+  }
+  eng::streamDestroy(0, s);
+}
+
+TEST(HelpFirst, AWaitForAnEventHelpsTheStreamThatRecordsIt) {
+  // stream b waits for an event recorded on stream a; synchronizing b runs
+  // a's tasks up to the record first, then b's
+  auto a = eng::streamCreate(0, 13), b = eng::streamCreate(0, 14);
+  eng::Event* e = eng::eventCreate(false);
+  Ran ran;
+  {
+    HeldWorkers held;
+    for (int i = 0; i < 50; ++i) eng::launch(0, a, "a", [&ran, i] { ran.add(i); });
+    eng::eventRecord(e, 0, a);
+    for (int i = 0; i < 10; ++i) eng::launch(0, a, "a_after", [&ran, i] { ran.add(1000 + i); });
+    eng::streamWaitEvent(0, b, e);
+    for (int i = 0; i < 50; ++i) eng::launch(0, b, "b", [&ran, i] { ran.add(100 + i); });
+    eng::streamSynchronize(0, b);
+    ASSERT_EQ(ran.tasks.size(), 100u);  // a's tasks after the record are not b's to run
+    for (int i = 0; i < 50; ++i) EXPECT_EQ(ran.tasks[i].first, i);
+    for (int i = 0; i < 50; ++i) EXPECT_EQ(ran.tasks[50 + i].first, 100 + i);
+    for (auto& t : ran.tasks) EXPECT_EQ(t.second, std::this_thread::get_id());
+    eng::eventSynchronize(e);  // (recorded: nothing to wait for)
+  }
+  eng::streamSynchronize(0, a);
+  EXPECT_EQ(ran.tasks.size(), 110u);
+  eng::eventDestroy(e);
+  eng::streamDestroy(0, a);
+  eng::streamDestroy(0, b);
+}
+
+TEST(HelpFirst, AnEventSynchronizeRunsTheTasksUpToTheRecord) {
+  auto s = eng::streamCreate(0, 15);
+  eng::Event* e = eng::eventCreate(false);
+  Ran ran;
+  {
+    HeldWorkers held;
+    for (int i = 0; i < 20; ++i) eng::launch(0, s, "t", [&ran, i] { ran.add(i); });
+    eng::eventRecord(e, 0, s);
+    eng::launch(0, s, "after", [&ran] { ran.add(99); });
+    eng::eventSynchronize(e);
+    EXPECT_TRUE(eng::eventQuery(e));
+    EXPECT_EQ(ran.tasks.size(), 20u);
+  }
+  eng::streamSynchronize(0, s);
+  EXPECT_EQ(ran.tasks.size(), 21u);
+  eng::eventDestroy(e);
+  eng::streamDestroy(0, s);
+}
+
+TEST(HelpFirst, AHelpedTasksErrorIsRaisedAtTheSynchronizeAndTheStreamGoesOn) {
+  auto s = eng::streamCreate(0, 16);
+  Ran ran;
+  {
+    HeldWorkers held;
+    eng::launch(0, s, "fails", [] { throw std::runtime_error("bad data"); });
+    eng::launch(0, s, "next", [&ran] { ran.add(1); });
+    EXPECT_THROW(eng::streamSynchronize(0, s), omr::TaskError);
+    EXPECT_EQ(ran.tasks.size(), 1u);
+    EXPECT_NO_THROW(eng::streamSynchronize(0, s));  // raised once
+  }
+  eng::streamDestroy(0, s);
+}
+
+TEST(HelpFirst, ATaskThatWaitsForTheHostRunsOnlyOnAWorker) {
+  auto s = eng::streamCreate(0, 17);
+  Ran ran;
+  std::thread::id gate_thread;
+  {
+    HeldWorkers held;
+    eng::launch(0, s, "before", [&ran] { ran.add(0); });
+    omr::HostTask gate{[](void* u) -> const char* {
+                         *static_cast<std::thread::id*>(u) = std::this_thread::get_id();
+                         return nullptr;
+                       },
+                       &gate_thread, nullptr, eng::kTaskWaitsForHost};
+    eng::launch(0, s, "gate", gate);
+    eng::launch(0, s, "after", [&ran] { ran.add(1); });
+    std::thread release([] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      eng::holdWorkersForTesting(false);
+    });
+    eng::streamSynchronize(0, s);  // runs "before", leaves the gate to the worker once released
+    release.join();
+  }
+  ASSERT_EQ(ran.tasks.size(), 2u);
+  EXPECT_EQ(ran.tasks[0].second, std::this_thread::get_id());
+  EXPECT_NE(gate_thread, std::this_thread::get_id());
+  EXPECT_NE(gate_thread, std::thread::id());
+  eng::streamDestroy(0, s);
+}
+
+std::atomic<int> g_host_work_begins{0}, g_host_work_ends{0};
+
+TEST(HelpFirst, TheHostWorkHookBracketsTheHelpedTasks) {
+  eng::setHostWorkHook([](int begin) { (begin ? g_host_work_begins : g_host_work_ends)++; });
+  auto s = eng::streamCreate(0, 18);
+  std::atomic<int> inside{-1};
+  {
+    HeldWorkers held;
+    eng::launch(0, s, "t", [&inside] { inside = g_host_work_begins - g_host_work_ends; });
+    eng::streamSynchronize(0, s);
+  }
+  eng::setHostWorkHook(nullptr);
+  EXPECT_EQ(inside.load(), 1);
+  EXPECT_EQ(g_host_work_begins.load(), g_host_work_ends.load());
+  EXPECT_GE(g_host_work_begins.load(), 1);
   eng::streamDestroy(0, s);
 }

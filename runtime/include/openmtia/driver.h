@@ -46,7 +46,7 @@ extern "C" {
 #endif
 
 #define OMTIA_DRIVER_ABI_MAJOR 1
-#define OMTIA_DRIVER_ABI_MINOR 0
+#define OMTIA_DRIVER_ABI_MINOR 1
 
 /* The name of the one function a driver library exports. */
 #define OMTIA_DRIVER_ENTRY_POINT "openmtia_driver_get"
@@ -98,7 +98,10 @@ typedef struct OmtiaErrorInfo {
  * documents and ignores others. The emulator's: "device_count",
  * "device_memory" (bytes per device), "launch_queue_depth" (pending work
  * per stream before a launch waits), "strict_memory" (1: host threads
- * cannot touch device memory, which is then not HOST_ADDRESSABLE). */
+ * cannot touch device memory, which is then not HOST_ADDRESSABLE),
+ * "help_first" (1, the default: a host thread that waits for a stream runs
+ * the stream's queued work itself; 0: it sleeps while a driver thread runs
+ * it). */
 typedef struct OmtiaOption {
   const char* name;
   int64_t value;
@@ -165,8 +168,10 @@ typedef struct OmtiaStreamCreateArgs {
   int64_t label;
 } OmtiaStreamCreateArgs;
 
-/* Work of a host function on a stream. `fn` runs on a driver thread once
- * the work before it on the stream finished; it returns null for success,
+/* Work of a host function on a stream. `fn` runs once the work before it on
+ * the stream finished: on an asynchronous driver after the launch returned,
+ * on a driver thread or on a host thread that waits for the stream (a
+ * help-first wait, bracketed by the host work hook); it returns null for success,
  * or a message, which the driver copies before fn's thread does anything
  * else (a thread-local buffer of the caller's will do). `destroy` (may be
  * null) runs on a host thread that calls into the driver (a later launch,
@@ -183,7 +188,13 @@ typedef struct OmtiaLaunchArgs {
   void* user;
   OmtiaDestroyFn destroy;
   const char* name; /* for tracing and error messages; copied */
+  uint32_t flags;   /* OMTIA_LAUNCH_* (ABI 1.1) */
 } OmtiaLaunchArgs;
+
+/* The work may block until a host thread acts (a test's gate, a callback that
+ * waits for the program): an asynchronous driver runs it on a driver thread
+ * only, never on a host thread that waits for the stream or launches it. */
+enum { OMTIA_LAUNCH_WAITS_FOR_HOST = 1u << 0 };
 
 enum { OMTIA_EVENT_TIMING = 1u << 0 };
 
@@ -195,6 +206,10 @@ typedef void (*OmtiaWaitHook)(void (*wait)(void*), void* arg);
 /* Called on a driver thread that ran everything queued to its stream and
  * woke a host thread waiting for it, before it sleeps. */
 typedef void (*OmtiaIdleHook)(void);
+/* Called on a host thread around the work it runs itself (begin 1 before,
+ * 0 after): a wait that runs its stream's queued work, or a driver that runs
+ * work on the launching thread. */
+typedef void (*OmtiaHostWorkHook)(int begin);
 
 /* ------------------------------------------------------------ activity */
 
@@ -310,6 +325,8 @@ typedef struct OmtiaDriver {
   /* activity records of every piece of work (null callback: off, costing
    * a load per launch and per piece of work) */
   OmtiaStatus (*set_activity_callback)(OmtiaCorrelationHook correlation, OmtiaActivityCallback callback, void* user);
+  /* ABI 1.1 */
+  OmtiaStatus (*set_host_work_hook)(OmtiaHostWorkHook hook);
 } OmtiaDriver;
 
 /* The entry point: the driver's table (static, never freed), or null if it

@@ -93,6 +93,7 @@ struct RuntimeConfig {
   size_t launch_queue_depth = 0;
   int launch_blocking = -1;  // 0 / 1: OPENMTIA_LAUNCH_BLOCKING's
   int strict_memory = -1;    // 1: host threads cannot touch device memory (OPENMTIA_STRICT_MEMORY)
+  int help_first = -1;       // 0 / 1: a waiting host thread runs the stream's queued tasks (OPENMTIA_HELP_FIRST, default 1)
 };
 void configure(const RuntimeConfig& config);
 
@@ -168,7 +169,19 @@ struct HostTask {
   const char* (*fn)(void* user) = nullptr;
   void* user = nullptr;
   void (*destroy)(void* user) = nullptr;
+  uint32_t flags = 0;  // kTaskWaitsForHost
 };
+// The task may block until a host thread acts (a test's gate; a callback that
+// waits for the program): only a driver thread runs it, never a host thread
+// that waits for its stream (setHostWorkHook) or launches it.
+constexpr uint32_t kTaskWaitsForHost = 1u << 0;
+// Called on a host thread around the device work it runs itself (begin 1,
+// then 0): in a wait for a stream (help-first: it runs the stream's queued
+// tasks instead of sleeping), or because the driver runs tasks on the
+// launching thread. E.g. to give the thread back the kernel thread counts
+// that the tasks set.
+using HostWorkHook = void (*)(int begin);
+void setHostWorkHook(HostWorkHook hook);
 // Enqueue a task; returns at once (or once its queue has room). The task runs
 // on the stream's worker; what it captured is destroyed later on a host thread
 // (at the next launch, query or synchronization of that stream), never on the

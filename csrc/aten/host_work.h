@@ -1,0 +1,17 @@
+// A host thread that runs the device's tasks itself: a wait that helps its
+// stream (help-first, the runtime's), or a driver that runs every task on
+// the launching thread. The driver calls hostWork(1) before and hostWork(0)
+// after (omr::setHostWorkHook); in between the thread is the device's:
+// - its thread-local state is a fresh thread's, as on a stream worker: the
+//   program's grad mode, dispatch modes, autocast and profiler callbacks do
+//   not reach the kernels (a TorchDispatchMode on the host would see the
+//   device's internal CPU calls; the profiler would record them as host ops);
+// - after, its state and its OpenMP and MKL thread counts are the program's
+//   again (a small kernel's task sets them to one thread).
+#pragma once
+
+namespace openmtia {
+
+void hostWork(int begin);
+
+}  // namespace openmtia

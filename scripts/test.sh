@@ -30,7 +30,7 @@ OPENMTIA_DRIVER=reference timeout -k 30 900 .venv/bin/python -m pytest -q -p tim
   tests/test_graphs.py tests/test_random.py tests/test_low_precision.py tests/test_low_precision_tables.py \
   tests/test_attention.py tests/test_compile.py tests/test_compile_triton.py tests/test_driver.py \
   tests/test_transformers.py tests/test_main_job.py tests/test_distributed_netns.py tests/test_extension_api.py \
-  tests/test_cpp_wrapper.py tests/test_sparse.py "$@"
+  tests/test_cpp_wrapper.py tests/test_sparse.py tests/test_foreach.py "$@"
 
 echo "== pytest under OPENMTIA_STRICT_MEMORY=1 (device memory the host cannot touch)"
 # A host thread's access to device memory ends the process naming it
@@ -42,7 +42,7 @@ OPENMTIA_STRICT_MEMORY=1 timeout -k 30 900 .venv/bin/python -X faulthandler -m p
   tests/test_copy.py tests/test_errors.py tests/test_memory.py tests/test_graphs.py tests/test_random.py \
   tests/test_attention.py tests/test_compile.py tests/test_compile_triton.py tests/test_transformers.py \
   tests/test_main_job.py tests/test_distributed_netns.py tests/test_extension_api.py tests/test_cpp_wrapper.py \
-  tests/test_aoti.py tests/test_sparse.py tests/test_help_first.py "$@"
+  tests/test_aoti.py tests/test_sparse.py tests/test_help_first.py tests/test_foreach.py "$@"
 
 echo "== pytest of the execution suites under OPENMTIA_HELP_FIRST=0 (a waiting host thread only waits)"
 # The default (help-first waits: a waiting host thread runs the queued tasks)
@@ -51,4 +51,4 @@ echo "== pytest of the execution suites under OPENMTIA_HELP_FIRST=0 (a waiting h
 # allocator) on the other path.
 OPENMTIA_HELP_FIRST=0 timeout -k 30 900 .venv/bin/python -m pytest -q -p timeout --timeout=600 \
   --timeout-method=thread tests/test_async.py tests/test_errors.py tests/test_graphs.py tests/test_engine.py \
-  tests/test_help_first.py tests/test_copy.py tests/test_memory.py "$@"
+  tests/test_help_first.py tests/test_copy.py tests/test_memory.py tests/test_foreach.py "$@"

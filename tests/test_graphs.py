@@ -303,7 +303,8 @@ def test_transformer_training_step_replays_equal_eager_steps_bitwise():
     g, loss = capture(lambda: step(model, opt))
     made = openmtia._C._prebuilt_kernel_count() - before
     # (prebuilding reads device memory on the host: none where the host may not, OPENMTIA_STRICT_MEMORY=1)
-    assert made > 50 if torch.mtia.get_device_properties(0)["host_addressable"] else made == 0, made
+    # (SGD's foreach ops are one task over the list each, not a kernel per tensor)
+    assert made > 30 if torch.mtia.get_device_properties(0)["host_addressable"] else made == 0, made
     replayed = []
     for _ in range(4):
         g.replay()

@@ -48,6 +48,8 @@
 // worker keeps its team (endIdleWorkerTeam).
 #include <dlfcn.h>
 
+#include <algorithm>
+
 #include <string>
 #include <unordered_set>
 
@@ -107,10 +109,11 @@ int64_t workElements(const std::vector<c10::IValue>& values) {
 int64_t kernelWork(const c10::OperatorHandle& op, const std::vector<c10::IValue>& args, int64_t elements) {
   // kProduct: the matrices are arguments 0 and 1 (mm, bmm), or 1 and 2
   // (addmm, baddbmm, addbmm: after the added tensor)
-  enum Kind { kElements, kProduct, kProductAfterSelf, kDense };
+  enum Kind { kElements, kProduct, kProductAfterSelf, kDense, kForeach };
   const Kind kind = perOp(&op.schema(), [&] {
     const std::string& name = op.schema().name();
     if (name == "aten::mm" || name == "aten::bmm") return kProduct;
+    if (name.rfind("aten::_foreach_", 0) == 0) return kForeach;
     static const std::unordered_set<std::string> added = {"aten::addmm", "aten::addmm_",   "aten::baddbmm",
                                                           "aten::baddbmm_", "aten::addbmm", "aten::addbmm_"};
     if (added.count(name)) return kProductAfterSelf;
@@ -119,6 +122,20 @@ int64_t kernelWork(const c10::OperatorHandle& op, const std::vector<c10::IValue>
   });
   if (kind == kDense) return elements * kDenseWorkScale;
   if (kind == kElements) return elements;
+  if (kind == kForeach) {
+    // a list op runs one kernel per tensor (CPU's foreach kernel): each
+    // kernel's work is its own tensor's and its operands', so the largest
+    // counts (the list's total made 24 small kernels of an optimizer step
+    // parallel regions each: on busy cores a region can wait a scheduler
+    // tick for its second thread)
+    int64_t largest = 0, lists = 1;  // (+1: its result)
+    for (const auto& v : args) {
+      if (!v.isTensorList()) continue;
+      ++lists;
+      for (const at::Tensor& t : v.toTensorList()) largest = std::max<int64_t>(largest, t.defined() ? t.numel() : 0);
+    }
+    return largest * lists;
+  }
   // [..., m, k] @ [..., k, n]: the first's elements times n multiply-adds
   const size_t nargs = op.schema().arguments().size();
   if (args.size() < nargs) return elements * kDenseWorkScale;

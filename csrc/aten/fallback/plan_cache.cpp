@@ -135,6 +135,23 @@ bool KeyBuilder::add(const c10::IValue& v, const c10::TypePtr& type) {
     for (bool x : l) put('b', x);
     return true;
   }
+  if (v.isList()) {  // Scalar[] (a foreach op's scalar per tensor): each as a Scalar argument is keyed
+    c10::TypePtr e = type;
+    if (auto opt = e->cast<c10::OptionalType>()) e = opt->getElementType();
+    auto list_type = e->cast<c10::ListType>();
+    if (!list_type || list_type->getElementType()->kind() != c10::TypeKind::NumberType) return false;
+    const auto& l = v.toListRef();
+    put('S', l.size());
+    for (const c10::IValue& x : l) {
+      double d;
+      if (x.isInt()) d = static_cast<double>(x.toInt());
+      else if (x.isDouble()) d = x.toDouble();
+      else return false;  // (complex scalars: no cache)
+      if (exact_numbers_) putBytes(x.isInt() ? 'j' : 'd', d);
+      else number(x.isInt() ? 'j' : 'd', d);
+    }
+    return true;
+  }
   if (v.isDevice()) return put('v', static_cast<int64_t>(v.toDevice().type()) * 1000 + v.toDevice().index()), true;
   if (v.isString()) {
     put('s', v.toStringRef().size());

@@ -3,6 +3,9 @@
 // ops' (lists for `python -m openmtia.ops`).
 #include <torch/library.h>
 
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,7 +46,47 @@ std::vector<std::string> structuredOps() {
   return out;
 }
 
+// torch._foreach_* (what optimizers call with foreach=True, mtia's default,
+// as CUDA's): one task over the whole list running CPU's kernel, instead of
+// the composite kernel's launch per tensor (AdamW over 24 parameters: 192
+// launches a step). A list spanning devices takes the composite kernel, as
+// on CUDA (its slow path: per tensor, each pair on its own device).
+namespace {
+
+std::vector<std::string> foreachOps() {
+  std::vector<std::string> out;
+  for (const c10::OperatorName& name : c10::Dispatcher::singleton().getAllOpNames()) {
+    if (name.name.rfind("aten::_foreach_", 0) != 0) continue;
+    out.push_back(name.name + (name.overload_name.empty() ? std::string() : "." + name.overload_name));
+  }
+  return out;
+}
+
+void foreachKernel(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
+  const size_t n = op.schema().arguments().size();
+  std::optional<c10::Device> device;
+  bool one_device = true;
+  auto see = [&](const at::Tensor& t) {
+    if (!t.defined()) return;
+    if (!device) device = t.device();
+    else if (t.device() != *device && t.dim() > 0) one_device = false;  // (a 0-dim CPU scalar may go with any list)
+  };
+  for (size_t i = stack->size() - n; i < stack->size() && one_device; ++i) {
+    const c10::IValue& v = (*stack)[i];
+    if (v.isTensor()) see(v.toTensor());
+    else if (v.isTensorList())
+      for (const at::Tensor& t : v.toTensorList()) see(t);
+  }
+  if (one_device) return mtiaFallback(op, keys, stack);
+  op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CompositeExplicitAutograd), stack);
+}
+
+}  // namespace
+
 TORCH_LIBRARY_IMPL(aten, MTIA, m) {
+  for (const std::string& name : foreachOps()) {
+    m.impl(name.substr(6).c_str(), torch::CppFunction::makeFromBoxedFunction<&foreachKernel>());
+  }
   for (const char* name : kCpuKernelOverComposite) {
     if (unboxedOps().count(name)) continue;  // an unboxed kernel's (low_precision_norm.cpp), which falls back here
     m.impl(name, torch::CppFunction::makeFromBoxedFunction<&mtiaFallback>());

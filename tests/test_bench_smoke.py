@@ -47,3 +47,17 @@ def test_recsys_bench_runs():
         cells = [c.strip() for c in l.split("|")]
         assert all(float(c.replace(",", "")) > 0 for c in cells[2:4] + cells[6:8]), l
     assert "target: DLRM train-step throughput on mtia >= 1.0x CPU's" in r.stdout
+
+
+def test_cpu_time_bench_runs():
+    r = subprocess.run([sys.executable, str(BENCH.parent / "cpu_time_bench.py"), "--quick"], capture_output=True,
+                       text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:] + r.stdout[-3000:]
+    rows = [[c.strip() for c in l.split("|")[1:-1]] for l in r.stdout.splitlines() if l.startswith("| ")][1:]
+    assert [row[0] for row in rows] == [
+        "MLP 6x64, batch 32, AdamW, 1 process", "MLP 6x64, batch 32, AdamW, DDP on 2 ranks",
+        "10-op chain of 64 elements, synchronized", "AdamW step over the GPT's parameters"], r.stdout
+    for row in rows:  # steps/s and CPU ms of each device, then mtia's launches a step
+        assert all(float(row[i].replace(",", "")) > 0 for i in (1, 2, 5, 6)), row
+    assert float(rows[2][9]) == 10.0, rows[2]  # the chain: one launch an op
+    assert float(rows[3][9]) <= 10.0, rows[3]  # AdamW with foreach: a launch a list op, not a tensor

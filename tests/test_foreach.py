@@ -116,3 +116,16 @@ def test_adamw_foreach_steps_equal_cpu_in_a_few_launches():
             assert launches <= 10, launches  # (25 parameters: a launch per tensor made 200)
     for p, q in zip(cpu_p, m_p):
         assert torch.equal(q.detach().cpu(), p.detach())
+
+
+def test_a_zero_dim_tensor_on_another_device_goes_per_tensor_like_the_composite_kernel():
+    # only a 0-dim CPU tensor (a wrapped scalar) may go with a list of any
+    # device; a 0-dim tensor of another mtia device takes the per-tensor path
+    # (the composite kernel's), as a list spanning devices does
+    x = [torch.randn(3), torch.randn(2)]
+    on1 = [t.to("mtia:1") for t in x]
+    for other in (torch.tensor(2.0), torch.tensor(2.0, device="mtia:0")):
+        got = torch._foreach_add(on1, other)
+        assert [t.device for t in got] == [torch.device("mtia:1")] * 2
+        for g_, t in zip(got, x):
+            assert torch.equal(g_.cpu(), t + 2.0)

@@ -67,9 +67,9 @@ void foreachKernel(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torc
   std::optional<c10::Device> device;
   bool one_device = true;
   auto see = [&](const at::Tensor& t) {
-    if (!t.defined()) return;
+    if (!t.defined() || (t.dim() == 0 && t.is_cpu())) return;  // (a 0-dim CPU scalar goes with any list)
     if (!device) device = t.device();
-    else if (t.device() != *device && t.dim() > 0) one_device = false;  // (a 0-dim CPU scalar may go with any list)
+    else if (t.device() != *device) one_device = false;
   };
   for (size_t i = stack->size() - n; i < stack->size() && one_device; ++i) {
     const c10::IValue& v = (*stack)[i];

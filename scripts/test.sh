@@ -3,23 +3,24 @@
 # (ctest) and the pytest suites.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-echo "== layering: no include runs up a layer (tools/check_layers.py)"
+section() { echo "== $1 (at ${SECONDS}s)"; }
+section "layering: no include runs up a layer (tools/check_layers.py)"
 python3 tools/check_layers.py
 OPENMTIA_TEST_MODULE=1 bash scripts/setup.sh  # (with the test-only module openmtia._C_test)
 
-echo "== runtime GoogleTests (ctest)"
+section "runtime GoogleTests (ctest)"
 cmake -S . -B build/runtime-tests -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DOPENMTIA_BUILD_TORCH=OFF -DOPENMTIA_BUILD_TESTS=ON >/dev/null
 cmake --build build/runtime-tests
 ctest --test-dir build/runtime-tests --output-on-failure -j2
 
-echo "== pytest"
+section "pytest"
 # No test may hang CI: each has 600 s (pytest-timeout), but the full
 # conformance run, 1800 s (it takes about 8 minutes on 2 cores); the whole
 # run 45 minutes.
 timeout -k 30 2700 .venv/bin/python -m pytest tests -q -p timeout --timeout=600 --timeout-method=thread "$@"
 
-echo "== pytest on the C reference driver (OPENMTIA_DRIVER=reference: synchronous streams)"
+section "pytest on the C reference driver (OPENMTIA_DRIVER=reference: synchronous streams)"
 # Every test passes on it but those marked needs_async (a held stream, a call
 # that returns before its task ran: tests/conftest.py), which it deselects.
 # CI runs these suites (every suite on it takes about 9 minutes; the driver
@@ -32,7 +33,7 @@ OPENMTIA_DRIVER=reference timeout -k 30 900 .venv/bin/python -m pytest -q -p tim
   tests/test_transformers.py tests/test_main_job.py tests/test_distributed_netns.py tests/test_extension_api.py \
   tests/test_cpp_wrapper.py tests/test_sparse.py tests/test_foreach.py "$@"
 
-echo "== pytest under OPENMTIA_STRICT_MEMORY=1 (device memory the host cannot touch)"
+section "pytest under OPENMTIA_STRICT_MEMORY=1 (device memory the host cannot touch)"
 # A host thread's access to device memory ends the process naming it
 # (tests/test_strict_memory.py); these suites check that nothing on the host
 # side touches it and that staging gives CPU's results: ops, the fallback,
@@ -44,7 +45,7 @@ OPENMTIA_STRICT_MEMORY=1 timeout -k 30 900 .venv/bin/python -X faulthandler -m p
   tests/test_main_job.py tests/test_distributed_netns.py tests/test_extension_api.py tests/test_cpp_wrapper.py \
   tests/test_aoti.py tests/test_sparse.py tests/test_help_first.py tests/test_foreach.py "$@"
 
-echo "== pytest of the execution suites under OPENMTIA_HELP_FIRST=0 (a waiting host thread only waits)"
+section "pytest of the execution suites under OPENMTIA_HELP_FIRST=0 (a waiting host thread only waits)"
 # The default (help-first waits: a waiting host thread runs the queued tasks)
 # ran every suite above; these suites cover the execution engine's semantics
 # (asynchrony, errors, streams and events, graphs, the stream-ordered
@@ -52,3 +53,4 @@ echo "== pytest of the execution suites under OPENMTIA_HELP_FIRST=0 (a waiting h
 OPENMTIA_HELP_FIRST=0 timeout -k 30 900 .venv/bin/python -m pytest -q -p timeout --timeout=600 \
   --timeout-method=thread tests/test_async.py tests/test_errors.py tests/test_graphs.py tests/test_engine.py \
   tests/test_help_first.py tests/test_copy.py tests/test_memory.py tests/test_foreach.py "$@"
+section "done"

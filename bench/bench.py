@@ -68,7 +68,7 @@ class DeviceProcess:
 # calls of a case before it is timed: its plans, allocations and lazy starts,
 # and the threads the fallback learns per kernel (a new signature's first
 # call, a warm-up, then 3 timed calls on every thread and 3 on one:
-# csrc/aten/fallback/learned_threads.cpp)
+# csrc/aten/threads/learned_threads.cpp)
 WARMUP = 9
 
 
@@ -165,7 +165,7 @@ def big_add(device):
 
 def medium_ops(device):
     # ops of 1M elements, between the latency-bound and the bandwidth-bound
-    # rows: where the worker's thread team costs most (threads.cpp)
+    # rows: where the worker's thread team costs most (kernel_threads.cpp)
     x = torch.randn(1 << 20, device=device)
     out = torch.empty_like(x)
     return lambda: (torch.mul(x, 1.0001, out=out), out.sum(), torch.softmax(x.view(1024, 1024), -1))

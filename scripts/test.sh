@@ -50,7 +50,18 @@ section "pytest of the execution suites under OPENMTIA_HELP_FIRST=0 (a waiting h
 # ran every suite above; these suites cover the execution engine's semantics
 # (asynchrony, errors, streams and events, graphs, the stream-ordered
 # allocator) on the other path.
-OPENMTIA_HELP_FIRST=0 timeout -k 30 900 .venv/bin/python -m pytest -q -p timeout --timeout=600 \
+# Inline launches off too: every task runs on its stream's worker.
+OPENMTIA_HELP_FIRST=0 OPENMTIA_INLINE_LAUNCHES=never timeout -k 30 900 .venv/bin/python -m pytest -q -p timeout \
+  --timeout=600 --timeout-method=thread tests/test_async.py tests/test_errors.py tests/test_graphs.py \
+  tests/test_engine.py tests/test_help_first.py tests/test_copy.py tests/test_memory.py tests/test_foreach.py "$@"
+
+section "pytest of the execution suites under OPENMTIA_INLINE_LAUNCHES=always (launches onto idle streams run inline)"
+# The default (never) hands every task to a worker: these suites force the
+# inline path, collectives across ranks included (auto, which chooses by the
+# cores' load, has its own tests in test_inline_launches.py). Tests that hold a stream
+# with work that waits for the host still run (that work never runs inline).
+OPENMTIA_INLINE_LAUNCHES=always timeout -k 30 900 .venv/bin/python -m pytest -q -p timeout --timeout=600 \
   --timeout-method=thread tests/test_async.py tests/test_errors.py tests/test_graphs.py tests/test_engine.py \
-  tests/test_help_first.py tests/test_copy.py tests/test_memory.py tests/test_foreach.py "$@"
+  tests/test_help_first.py tests/test_copy.py tests/test_memory.py tests/test_foreach.py \
+  tests/test_inline_launches.py tests/test_distributed_netns.py "$@"
 section "done"

@@ -49,7 +49,8 @@ def run_probes(rounds, per_round=20, until_host=False):
 
 @pytest.mark.needs_async
 def test_a_synchronizing_host_thread_runs_queued_tasks_in_order():
-    # (the test command also runs this file with OPENMTIA_HELP_FIRST=0)
+    # (the test command also runs this file with OPENMTIA_HELP_FIRST=0 and
+    # OPENMTIA_INLINE_LAUNCHES=never: then no task runs on a host thread)
     if os.environ.get("OPENMTIA_HELP_FIRST", "1") == "1":
         assert run_probes(300, until_host=True) > 0, "in 300 rounds no synchronize ran a queued task"
     else:
@@ -76,7 +77,7 @@ def test_the_setting_turns_help_first_off_and_on(setting):
               t.run_probes(100))
         x = torch.arange(10.0, device="mtia")
         print("sum", (x * 2).sum().item())
-    """, OPENMTIA_HELP_FIRST=setting)
+    """, OPENMTIA_HELP_FIRST=setting, OPENMTIA_INLINE_LAUNCHES="never")  # (no launch runs on the host either)
     on_host = int(out.split("on_host ")[1].split()[0])
     assert "sum 90.0" in out
     if setting == "0":

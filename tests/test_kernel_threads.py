@@ -1,4 +1,4 @@
-"""The device's kernel threads (csrc/aten/threads.cpp): the host thread keeps no
+"""The device's kernel threads (csrc/aten/threads/kernel_threads.cpp): the host thread keeps no
 OpenMP team of its own after a CPU kernel it runs itself (a synchronous
 call), and an idle stream worker keeps none either. A team left beside the
 workers' makes libgomp put every device kernel's threads to sleep between
@@ -159,7 +159,7 @@ def test_a_worker_going_from_a_parallel_kernel_to_a_serial_one_ends_its_team():
     assert same == "True"
 
 
-# How the device's idle OpenMP threads wait (csrc/aten/team_wait.h): they
+# How the device's idle OpenMP threads wait (csrc/aten/threads/team_wait.h): they
 # sleep after a brief spin while host threads are mostly busy (they need the
 # cores), and spin while they mostly wait for the device. Thread counts, and
 # so results, never depend on it.
@@ -301,7 +301,7 @@ def test_a_launch_into_a_full_queue_counts_as_a_host_wait():
     assert out.stdout.split() == ["1", "0", "True"], out.stdout
 
 
-# ---- threads learned per op and size (csrc/aten/fallback/learned_threads.h).
+# ---- threads learned per op and size (csrc/aten/threads/learned_threads.h).
 # openmtia_test::threads_cost sleeps all_ms on more than one thread and
 # one_ms on one, and returns its thread count; over 2^18 elements it runs on
 # every thread by its size. Its calls on mtia: the new signature's first

@@ -38,11 +38,11 @@ def test_peer_include_and_torch_in_runtime_fail(tmp_path):
     root = _copy_tree(tmp_path)
     f = root / "csrc" / "distributed" / "work.cpp"
     f.write_text('#include "compile/kernels.h"\n' + f.read_text())
-    g = root / "runtime" / "src" / "engine.h"
+    g = root / "runtime" / "drivers" / "emulated" / "engine.h"
     g.write_text(g.read_text() + '\n#include <ATen/core/Tensor.h>\n')
     r = run_check(str(root))
     assert r.returncode == 1
     assert "csrc/distributed/work.cpp:1: includes compile/kernels.h (csrc/compile/, layer 3) " \
            "from csrc/distributed/ (layer 3): a peer layer" in r.stdout
-    assert "runtime/src/engine.h" in r.stdout and "ATen/core/Tensor.h (torch, layer 1)" in r.stdout
+    assert "runtime/drivers/emulated/engine.h" in r.stdout and "ATen/core/Tensor.h (torch, layer 1)" in r.stdout
     assert "2 include(s) run up or across a layer" in r.stdout

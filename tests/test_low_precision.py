@@ -271,7 +271,7 @@ def test_queued_calls_share_their_float32_scratch_and_stay_correct(dtype):
 # sub-chunks per thread, entries larger than a thread's buffer, broadcast and
 # ignored (beta=0) self, strided operands and outputs, in place, an odd batch
 # (the whole-tensor path). A call below kParallelWork / kDenseWorkScale
-# operand elements (threads.cpp) runs on one thread.
+# operand elements (kernel_threads.cpp) runs on one thread.
 def nan_self(*shape, dtype):
     return torch.full(shape, float("nan"), dtype=dtype)
 

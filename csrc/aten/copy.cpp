@@ -17,7 +17,7 @@
 #include "aten/low_precision/kernels.h"
 #include "aten/operand.h"
 #include "aten/ops.h"
-#include "aten/threads.h"
+#include "aten/threads/kernel_threads.h"
 #include "runtime/errors.h"
 #include "runtime/graphs.h"
 #include "runtime/host_allocator.h"

@@ -18,7 +18,7 @@
 #include "openmtia/runtime.h"
 #include "aten/operand.h"
 #include "aten/ops.h"
-#include "aten/threads.h"
+#include "aten/threads/kernel_threads.h"
 #include "runtime/device.h"
 #include "runtime/device_access.h"
 #include "runtime/device_allocator.h"

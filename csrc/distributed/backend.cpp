@@ -815,7 +815,8 @@ class MtiaBackend final : public c10d::Backend {
                              // reported through the Work (wait, future), not as the stream's error
                              op->finish(std::current_exception());
                            }
-                         }));
+                         },
+                         omr::kTaskMayBlock));  // (it waits for the other ranks)
     if (mode == WaitMode::kStream)
       op->completeOnStream(makeStream(static_cast<c10::DeviceIndex>(exec), stream));
     else

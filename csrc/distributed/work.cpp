@@ -104,7 +104,7 @@ void MtiaWork::blockCurrentStream() {
   // The stream's worker waits, not the host; a failure of the collective
   // becomes the stream's error, raised at its next synchronization.
   launchOnCurrentStream(static_cast<c10::DeviceIndex>(device_), "c10d_wait",
-                        [check = op_->failureCheck()] { (*check)(); });
+                        [check = op_->failureCheck()] { (*check)(); }, omr::kTaskMayBlock);
 }
 
 Completer::Completer() : thread_([this] { run(); }) {}

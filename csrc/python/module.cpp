@@ -14,7 +14,7 @@
 
 #include "openmtia/runtime.h"
 #include "aten/fallback/fallback.h"
-#include "aten/fallback/learned_threads.h"
+#include "aten/threads/learned_threads.h"
 #include "aten/fallback/plan_cache.h"
 #include "aten/host_gemm.h"
 #include "aten/low_precision/activations.h"
@@ -29,9 +29,9 @@
 #include "aten/low_precision/tables.h"
 #include "aten/pointwise.h"
 #include "aten/prebuilt.h"
-#include "aten/team_wait.h"
-#include "aten/host_work.h"
-#include "aten/threads.h"
+#include "aten/threads/team_wait.h"
+#include "aten/threads/host_work.h"
+#include "aten/threads/kernel_threads.h"
 #include "compile/graph_replay.h"
 #include "compile/kernels.h"
 #include "distributed/backend.h"
@@ -59,7 +59,7 @@ PYBIND11_MODULE(_C, m) {
   if (omr::driverError().empty()) {
     // A launch into a full queue waits without holding the GIL.
     omr::setWaitHook([](void (*wait)(void*), void* arg) { openmtia::withoutGil([&] { wait(arg); }); });
-    omr::setIdleHook(openmtia::endIdleWorkerTeam);  // (threads.cpp)
+    omr::setIdleHook(openmtia::endIdleWorkerTeam);  // (kernel_threads.cpp)
     omr::setHostWorkHook(openmtia::hostWork);       // a host thread that runs device tasks (host_work.h)
   }
   m.def("_default_generators", [] {
@@ -112,7 +112,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_host_gemm", &openmtia::hostGemmAvailable);
   m.def("_set_host_gemm", &openmtia::setHostGemm);
   // a kernel's work from which it runs on every thread, and a matrix op's
-  // weight per element (threads.cpp), for tests
+  // weight per element (kernel_threads.cpp), for tests
   m.def("_parallel_work", [] { return openmtia::kParallelWork; });
   // how the device's idle OpenMP threads wait now: "spin", "sleep" or "off"
   // (team_wait.h), and how many host threads wait for the devices
@@ -163,7 +163,7 @@ PYBIND11_MODULE(_C, m) {
       openmtia::useKernelThreads(work);
       probe->threads = at::get_num_threads();
       std::this_thread::sleep_for(std::chrono::duration<double>(hold_s));
-    });
+    }, omr::kTaskWaitsForHost);  // (only a worker runs it: it reports a worker's threads)
     return probe;
   });
   // bf16/fp16 activations through the fused kernel (low_precision/activations.h)

@@ -27,12 +27,12 @@
 // (exit does not drop device work, as a sync would not), then the workers
 // end, and what is launched later (frees, event records during
 // finalization, a user's atexit work) runs on the launching thread. The
-// control of the kernel threads' waits ends too (aten/team_wait.h).
+// control of the kernel threads' waits ends too (aten/threads/team_wait.h).
 #include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/utils/pybind.h>
 
 #include "openmtia/runtime.h"
-#include "aten/team_wait.h"
+#include "aten/threads/team_wait.h"
 #include "runtime/device.h"
 #include "runtime/errors.h"
 #include "python/process_exit.h"

@@ -95,7 +95,7 @@ TORCH_LIBRARY(openmtia_test, m) {
   // A kernel that takes all_ms on more than one thread and one_ms on one,
   // and returns x's shape filled with its thread count; it fails where
   // fail (one element) is not 0 (the fallback's learned threads,
-  // csrc/aten/fallback/learned_threads.h)
+  // csrc/aten/threads/learned_threads.h)
   m.def("threads_cost(Tensor x, Tensor fail, float all_ms, float one_ms) -> Tensor");
 }
 TORCH_LIBRARY_IMPL(openmtia_test, CPU, m) {

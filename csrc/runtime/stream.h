@@ -25,10 +25,14 @@ omr::StreamId currentStreamId(c10::DeviceIndex device);  // of the calling threa
 // A task's c10::Error reaches the host (at the next sync) with its message
 // only: not the kernel's C++ backtrace, which c10::Error::what() holds.
 [[noreturn]] void rethrowWithoutBacktrace(const c10::Error& e);
+// `flags`: omr::kTask* (kTaskMayBlock: the task waits for other streams or
+// processes).
 template <typename F>
-void launchOnCurrentStream(c10::DeviceIndex device, const char* name, F&& fn) {
+void launchOnCurrentStream(c10::DeviceIndex device, const char* name, F&& fn, uint32_t flags = 0) {
   if constexpr (std::is_same_v<std::decay_t<F>, omr::HostTask>) {  // a C task: its errors are messages already
-    OMR_CALL(omr::launch(device, currentStreamId(device), name, std::forward<F>(fn)));
+    omr::HostTask task = std::forward<F>(fn);
+    task.flags |= flags;
+    OMR_CALL(omr::launch(device, currentStreamId(device), name, task));
   } else {
     OMR_CALL(omr::launch(device, currentStreamId(device), name, [fn = std::forward<F>(fn)]() mutable {
       try {
@@ -36,7 +40,7 @@ void launchOnCurrentStream(c10::DeviceIndex device, const char* name, F&& fn) {
       } catch (const c10::Error& e) {
         rethrowWithoutBacktrace(e);
       }
-    }));
+    }, flags));
   }
 }
 // The same for C callers (the C extension API, the AOTInductor shim): never

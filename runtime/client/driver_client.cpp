@@ -6,7 +6,7 @@
 //   to a driver library; the built-in ones lie beside the library holding
 //   this code (openmtia/libopenmtia_driver_<name>.so);
 // - the configuration: OPENMTIA_DEVICE_COUNT, OPENMTIA_DEVICE_MEMORY,
-//   OPENMTIA_LAUNCH_QUEUE_DEPTH, OPENMTIA_STRICT_MEMORY, OPENMTIA_HELP_FIRST,
+//   OPENMTIA_LAUNCH_QUEUE_DEPTH, OPENMTIA_STRICT_MEMORY, OPENMTIA_HELP_FIRST, OPENMTIA_INLINE_LAUNCHES,
 //   passed to the driver as options, and OPENMTIA_LAUNCH_BLOCKING, applied
 //   here;
 // - the streams: per device, the default stream and two pools (normal and
@@ -84,6 +84,17 @@ bool parseCount(const char* name, long lo, long hi, long* out) {
   return false;
 }
 
+// OPENMTIA_INLINE_LAUNCHES: "never" 0, "always" 1, "auto" 2; -1 unset (or invalid)
+int parseInlineLaunches() {
+  const char* s = std::getenv("OPENMTIA_INLINE_LAUNCHES");
+  if (!s) return -1;
+  const char* names[] = {"never", "always", "auto"};
+  for (int i = 0; i < 3; ++i)
+    if (!std::strcmp(s, names[i])) return i;
+  std::fprintf(stderr, "openmtia: ignoring invalid OPENMTIA_INLINE_LAUNCHES='%s' (never, always or auto)\n", s);
+  return -1;
+}
+
 std::string lastMessage(const OmtiaDriver* t) {
   OmtiaErrorInfo e{};
   e.struct_size = sizeof e;
@@ -148,6 +159,9 @@ void load(Driver& d) {
   int help_first = d.config.help_first;
   if (help_first < 0 && parseCount("OPENMTIA_HELP_FIRST", 0, 1, &v)) help_first = static_cast<int>(v);
   if (help_first >= 0) options.push_back({"help_first", help_first});
+  int inline_launches = d.config.inline_launches;
+  if (inline_launches < 0) inline_launches = parseInlineLaunches();
+  if (inline_launches >= 0) options.push_back({"inline_launches", inline_launches});
   if (d.config.launch_blocking >= 0) d.launch_blocking = d.config.launch_blocking == 1;
   else if (const char* s = std::getenv("OPENMTIA_LAUNCH_BLOCKING")) d.launch_blocking = std::string(s) == "1";
   OmtiaInitArgs args{sizeof(OmtiaInitArgs), options.data(), options.size()};
@@ -411,7 +425,8 @@ void launch(int device, StreamId stream, const char* name, HostTask task) {
   a.user = task.user;
   a.destroy = task.destroy;
   a.name = name;
-  a.flags = (task.flags & kTaskWaitsForHost) ? OMTIA_LAUNCH_WAITS_FOR_HOST : 0u;
+  a.flags = ((task.flags & kTaskWaitsForHost) ? OMTIA_LAUNCH_WAITS_FOR_HOST : 0u) |
+            ((task.flags & kTaskMayBlock) ? OMTIA_LAUNCH_MAY_BLOCK : 0u);
   detail::countLaunch();
   OmtiaStatus st = T().launch_host_func(s, &a);
   if (st != OMTIA_SUCCESS) {  // not launched: still ours

@@ -3,7 +3,7 @@
 // synchronous copies, and launches into a full queue through the driver's
 // wait hook) and the launches, so that the framework's policy can tell
 // whether the host needs the cores (an emulated device runs its work on
-// them: csrc/aten/team_wait.h).
+// them: csrc/aten/threads/team_wait.h).
 #include "host_waits.h"
 
 #include <algorithm>

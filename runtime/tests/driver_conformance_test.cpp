@@ -992,12 +992,17 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s: no driver of ABI major %d\n", g_path, OMTIA_DRIVER_ABI_MAJOR);
     return 2;
   }
+  // "inline_launches" 0: the emulator's work on the launching thread (when
+  // the process has no core to spare) is off, so that the work of these
+  // tests runs on driver threads as the contract's asynchrony says; the
+  // inline path has the engine's own tests (engine_test.cpp, InlineLaunch).
   const OmtiaOption options[] = {{"device_count", 2}, {"device_memory", int64_t(kDeviceMemory)},
-                                 {"launch_queue_depth", kQueueDepth}, {"an_option_of_another_driver", 1}};
+                                 {"launch_queue_depth", kQueueDepth}, {"an_option_of_another_driver", 1},
+                                 {"inline_launches", 0}};
   OmtiaInitArgs args{};
   args.struct_size = sizeof args;
   args.options = options;
-  args.num_options = 4;
+  args.num_options = 5;
   if (D->initialize(&args) != OMTIA_SUCCESS) {
     OmtiaErrorInfo e{};
     e.struct_size = sizeof e;

@@ -14,10 +14,20 @@
 #include <vector>
 
 #include "engine.h"
+#include "inline_policy.h"
 
 namespace eng = omr::engine;
 
 using namespace std::chrono_literals;
+
+// These tests check the workers' asynchrony (a launch returns before its task
+// ran): no task runs inside a launch, whatever the cores' load
+// (inline_policy.h); InlineLaunch.* (inline_launch_test.cpp) set the mode
+// they test and put this one back.
+class NeverInline : public ::testing::Environment {
+  void SetUp() override { eng::setInlineMode(eng::InlineMode::kNever); }
+};
+const ::testing::Environment* const kNeverInline = ::testing::AddGlobalTestEnvironment(new NeverInline);
 
 TEST(Streams, TwoStreamsRunConcurrently) {
   // each task waits for the other to start: only possible if they overlap

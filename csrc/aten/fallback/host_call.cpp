@@ -28,7 +28,7 @@
 #include "aten/per_op.h"
 #include "aten/pointwise.h"
 #include "aten/prebuilt.h"
-#include "aten/threads.h"
+#include "aten/threads/kernel_threads.h"
 #include "runtime/gil.h"
 #include "runtime/device.h"
 #include "runtime/device_access.h"
@@ -120,7 +120,7 @@ void HostCall::run(bool wait) {
     (*stack_)[first + i] = toHost((*stack_)[first + i], arg.type());
   }
   {
-    HostKernelScope host_kernel(kernelWork(op_, *stack_, workElements(*stack_)));  // (its threads: aten/threads.h)
+    HostKernelScope host_kernel(kernelWork(op_, *stack_, workElements(*stack_)));  // (its threads: aten/threads/kernel_threads.h)
     HostWorkTrace trace(device_, op_.schema().name().c_str());  // device work, in the profiler
     if (sparse_key_)  // CPU's sparse kernel (which runs the dense kernels of its members)
       op_.redispatchBoxed(c10::DispatchKeySet(*sparse_key_), stack_);

@@ -2,7 +2,7 @@
 // low_precision/arithmetic.h).
 #include "openmtia/runtime.h"
 #include "aten/low_precision/arithmetic.h"
-#include "aten/threads.h"
+#include "aten/threads/kernel_threads.h"
 #include "runtime/stream.h"
 
 #include <ATen/MemoryOverlap.h>

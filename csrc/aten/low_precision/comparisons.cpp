@@ -2,7 +2,7 @@
 #include "openmtia/runtime.h"
 #include "aten/low_precision/comparisons.h"
 #include "aten/ops.h"
-#include "aten/threads.h"
+#include "aten/threads/kernel_threads.h"
 #include "runtime/stream.h"
 
 #include <ATen/EmptyTensor.h>

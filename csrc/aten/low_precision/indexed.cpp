@@ -4,7 +4,7 @@
 #include "aten/low_precision/indexed.h"
 #include "aten/low_precision/kernels.h"
 #include "aten/ops.h"
-#include "aten/threads.h"
+#include "aten/threads/kernel_threads.h"
 #include "runtime/stream.h"
 
 #include <ATen/Parallel.h>

@@ -19,7 +19,7 @@
 #include <cstring>
 #include <vector>
 
-#include "aten/threads.h"
+#include "aten/threads/kernel_threads.h"
 #include "runtime/errors.h"
 #include "runtime/graphs.h"
 #include "aten/low_precision/low_precision.h"

@@ -5,7 +5,7 @@
 #include "aten/low_precision/low_precision.h"
 #include "aten/low_precision/tables.h"
 #include "aten/per_op.h"
-#include "aten/threads.h"
+#include "aten/threads/kernel_threads.h"
 #include "runtime/device_allocator.h"
 #include "runtime/result_placement.h"
 

@@ -5,7 +5,7 @@
 #include "aten/low_precision/softmax.h"
 #include "aten/ops.h"
 #include "aten/small_ops.h"
-#include "aten/threads.h"
+#include "aten/threads/kernel_threads.h"
 #include "runtime/stream.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>

@@ -46,7 +46,7 @@ extern "C" {
 #endif
 
 #define OMTIA_DRIVER_ABI_MAJOR 1
-#define OMTIA_DRIVER_ABI_MINOR 1
+#define OMTIA_DRIVER_ABI_MINOR 2
 
 /* The name of the one function a driver library exports. */
 #define OMTIA_DRIVER_ENTRY_POINT "openmtia_driver_get"
@@ -101,7 +101,9 @@ typedef struct OmtiaErrorInfo {
  * cannot touch device memory, which is then not HOST_ADDRESSABLE),
  * "help_first" (1, the default: a host thread that waits for a stream runs
  * the stream's queued work itself; 0: it sleeps while a driver thread runs
- * it). */
+ * it), "inline_launches" (where work launched onto an idle stream runs: 0,
+ * the default, never on the launching thread; 1 always there; 2 there while
+ * the process's threads wait for cores: see the emulator's README). */
 typedef struct OmtiaOption {
   const char* name;
   int64_t value;
@@ -188,13 +190,18 @@ typedef struct OmtiaLaunchArgs {
   void* user;
   OmtiaDestroyFn destroy;
   const char* name; /* for tracing and error messages; copied */
-  uint32_t flags;   /* OMTIA_LAUNCH_* (ABI 1.1) */
+  uint32_t flags;   /* OMTIA_LAUNCH_* (ABI 1.1; MAY_BLOCK 1.2) */
 } OmtiaLaunchArgs;
 
 /* The work may block until a host thread acts (a test's gate, a callback that
  * waits for the program): an asynchronous driver runs it on a driver thread
  * only, never on a host thread that waits for the stream or launches it. */
 enum { OMTIA_LAUNCH_WAITS_FOR_HOST = 1u << 0 };
+/* The work may wait for something outside its stream (another stream's work,
+ * another process: a collective, a wait for one): an asynchronous driver
+ * never runs it on the thread that launches it (the launch would block
+ * there); a host thread that waits for the stream may run it (ABI 1.2). */
+enum { OMTIA_LAUNCH_MAY_BLOCK = 1u << 1 };
 
 enum { OMTIA_EVENT_TIMING = 1u << 0 };
 

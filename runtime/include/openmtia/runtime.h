@@ -5,7 +5,7 @@
 // OPENMTIA_DRIVER) and calls it only through the driver's table, with the
 // policy above the driver: the stream pools, the OPENMTIA_* configuration,
 // launch blocking, and driver statuses turned back into these exceptions.
-// The emulator's own API is src/engine.h, behind the emulated driver.
+// The emulator's own API is drivers/emulated/engine.h, behind the emulated driver.
 #pragma once
 
 #include <cxxabi.h>
@@ -94,6 +94,10 @@ struct RuntimeConfig {
   int launch_blocking = -1;  // 0 / 1: OPENMTIA_LAUNCH_BLOCKING's
   int strict_memory = -1;    // 1: host threads cannot touch device memory (OPENMTIA_STRICT_MEMORY)
   int help_first = -1;       // 0 / 1: a waiting host thread runs the stream's queued tasks (OPENMTIA_HELP_FIRST, default 1)
+  // where a task launched onto an idle stream runs (OPENMTIA_INLINE_LAUNCHES):
+  // 0 "never" on the launching thread (the default), 1 "always" there, 2
+  // "auto": there while the process's threads wait for cores
+  int inline_launches = -1;
 };
 void configure(const RuntimeConfig& config);
 
@@ -169,12 +173,17 @@ struct HostTask {
   const char* (*fn)(void* user) = nullptr;
   void* user = nullptr;
   void (*destroy)(void* user) = nullptr;
-  uint32_t flags = 0;  // kTaskWaitsForHost
+  uint32_t flags = 0;  // kTaskWaitsForHost, kTaskMayBlock
 };
 // The task may block until a host thread acts (a test's gate; a callback that
 // waits for the program): only a driver thread runs it, never a host thread
 // that waits for its stream (setHostWorkHook) or launches it.
 constexpr uint32_t kTaskWaitsForHost = 1u << 0;
+// The task may wait for something outside its stream (another stream's work,
+// another process: a collective, a wait for one): never run by the thread
+// that launches it (the launch would block), though a host thread that waits
+// for its stream may run it.
+constexpr uint32_t kTaskMayBlock = 1u << 1;
 // Called on a host thread around the device work it runs itself (begin 1,
 // then 0): in a wait for a stream (help-first: it runs the stream's queued
 // tasks instead of sleeping), or because the driver runs tasks on the
@@ -221,10 +230,10 @@ struct TaskBox {
 // Any callable (a lambda, a Task) that throws on failure: moved into one box
 // (from a per-thread free list: no std::function, no malloc per launch).
 template <typename F, typename = std::enable_if_t<!std::is_same_v<std::decay_t<F>, HostTask>>>
-void launch(int device, StreamId stream, const char* name, F&& fn) {
+void launch(int device, StreamId stream, const char* name, F&& fn, uint32_t flags = 0) {
   using Box = detail::TaskBox<std::decay_t<F>>;
   Box* box = Recycler<Box>::make(Box{std::forward<F>(fn)});
-  launch(device, stream, name, HostTask{&Box::run, box, &Box::destroy});
+  launch(device, stream, name, HostTask{&Box::run, box, &Box::destroy, flags});
 }
 // With OPENMTIA_LAUNCH_BLOCKING=1 every launch waits for its task and raises
 // its error at once (like CUDA_LAUNCH_BLOCKING).
@@ -243,7 +252,7 @@ void deviceWaitIdle(int device);
 // queue. The observer, if set, is called by such a thread whenever the count
 // goes from zero to non-zero or back (it reads the count: calls from two
 // threads may arrive out of order); it should return at once. An emulated device runs its work on the
-// host's cores: a waiting host thread leaves them to it (csrc/aten/team_wait.h).
+// host's cores: a waiting host thread leaves them to it (csrc/aten/threads/team_wait.h).
 int hostThreadsWaiting() noexcept;
 // The total time, in nanoseconds, during which at least one host thread
 // waited so (it only grows).

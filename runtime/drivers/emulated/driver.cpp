@@ -1,5 +1,5 @@
 // The emulator as a driver: openmtia/driver.h's table over the emulation
-// engine (emulated.cpp, openmtia/runtime.h). Built as a shared library
+// engine (engine.h, openmtia/runtime.h). Built as a shared library
 // (libopenmtia_driver_emulated.so) whose one exported symbol is
 // openmtia_driver_get; the engine's C++ stays inside it.
 #include "openmtia/driver.h"
@@ -153,6 +153,10 @@ OmtiaStatus initialize(const OmtiaInitArgs* args) {
         else if (!std::strcmp(o.name, "launch_queue_depth")) c.launch_queue_depth = static_cast<size_t>(o.value);
         else if (!std::strcmp(o.name, "strict_memory")) c.strict_memory = o.value ? 1 : 0;
         else if (!std::strcmp(o.name, "help_first")) c.help_first = o.value ? 1 : 0;
+        else if (!std::strcmp(o.name, "inline_launches")) {
+          if (o.value > 2) throw eng::Error(eng::ErrorCode::kInvalidValue, "option inline_launches > 2");
+          c.inline_launches = static_cast<int>(o.value);
+        }
       }
     }
     eng::configure(c);
@@ -265,7 +269,8 @@ OmtiaStatus launchHostFunc(OmtiaStream stream, const OmtiaLaunchArgs* args) {
     const uint32_t flags = OMTIA_HAS_FIELD(args, OmtiaLaunchArgs, flags) ? args->flags : 0;
     eng::launch(stream->device, stream->id, args->name ? args->name : "",
                 eng::HostTask{args->fn, args->user, args->destroy,
-                              (flags & OMTIA_LAUNCH_WAITS_FOR_HOST) ? eng::kTaskWaitsForHost : 0u});
+                              ((flags & OMTIA_LAUNCH_WAITS_FOR_HOST) ? eng::kTaskWaitsForHost : 0u) |
+                                  ((flags & OMTIA_LAUNCH_MAY_BLOCK) ? eng::kTaskMayBlock : 0u)});
   });
 }
 

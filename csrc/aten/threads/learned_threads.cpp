@@ -1,7 +1,7 @@
 // How many threads a fallback kernel uses, learned per op and size.
 //
 // A CPU kernel over enough work runs on every thread of the worker's
-// OpenMP team (aten/threads.h): on a host with cores to spare that is what
+// OpenMP team (aten/threads/kernel_threads.h): on a host with cores to spare that is what
 // makes it fast. But the device's threads share the host's cores with the
 // program's own threads, and some kernels do not scale: FBGEMM's
 // table-batched embedding backward (a parallel radix sort, barriers between
@@ -19,7 +19,7 @@
 // every op learning, bf16 norms and activations run on one thread left
 // CPU's bits and, for the norms, CPU's error bound), and under
 // torch.use_deterministic_algorithms the work alone decides.
-#include "aten/fallback/learned_threads.h"
+#include "aten/threads/learned_threads.h"
 
 #include <ATen/Context.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -38,7 +38,7 @@
 #include <utility>
 
 #include "aten/fallback/fallback.h"
-#include "aten/threads.h"
+#include "aten/threads/kernel_threads.h"
 
 namespace openmtia {
 

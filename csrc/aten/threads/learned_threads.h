@@ -20,7 +20,7 @@ namespace openmtia {
 // outside ATen (FBGEMM's, a program's own), whose threads their authors set;
 // ATen's keep CPU PyTorch's thread count, and so its rounding bit for bit
 // (a parallel reduction sums per thread). "learn": every op's. "size": none
-// (by its work alone, aten/threads.h).
+// (by its work alone, aten/threads/kernel_threads.h).
 enum class KernelThreadsMode { kExtensions, kLearn, kSize };
 KernelThreadsMode kernelThreadsMode();
 

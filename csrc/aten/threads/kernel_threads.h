@@ -1,4 +1,4 @@
-// How many threads a kernel uses: one for small work, all for large (see threads.cpp).
+// How many threads a kernel uses: one for small work, all for large (see kernel_threads.cpp).
 #pragma once
 
 #include <cstdint>
@@ -12,14 +12,14 @@ class OperatorHandle;
 
 namespace openmtia {
 
-// Kernels over less work than this run on one thread (see threads.cpp).
+// Kernels over less work than this run on one thread (see kernel_threads.cpp).
 constexpr int64_t kParallelWork = int64_t{1} << 16;
 // An element of a transcendental kernel's (or a convolution's) counts this
 // many times (its work grows faster).
 constexpr int64_t kDenseWorkScale = 16;
 // A product of matrices (mm, addmm, bmm, baddbmm, addbmm) runs on every
 // thread from this many multiply-adds: below it, a parallel region costs
-// more than it saves (see threads.cpp). Its work counts as its multiply-adds
+// more than it saves (see kernel_threads.cpp). Its work counts as its multiply-adds
 // divided by kMatrixMacsPerElement, so that this many reach kParallelWork.
 constexpr int64_t kMatrixParallelMacs = int64_t{1} << 21;
 constexpr int64_t kMatrixMacsPerElement = kMatrixParallelMacs / kParallelWork;
@@ -54,7 +54,7 @@ void endIdleWorkerTeam();
 // thread counts are restored after: they are the program's), so it makes no
 // OpenMP team; above, on all threads, and the host thread's team ends after
 // it, so the device's team is the only one and spins between its kernels'
-// regions (threads.cpp). Nothing on a stream worker.
+// regions (kernel_threads.cpp). Nothing on a stream worker.
 class HostKernelScope {
  public:
   explicit HostKernelScope(int64_t work);

@@ -56,8 +56,8 @@
 #include "openmtia/runtime.h"
 #include "aten/low_precision/low_precision.h"
 #include "aten/per_op.h"
-#include "aten/team_wait.h"
-#include "aten/threads.h"
+#include "aten/threads/team_wait.h"
+#include "aten/threads/kernel_threads.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/Functions.h>

@@ -1,11 +1,11 @@
-#include "aten/host_work.h"
+#include "aten/threads/host_work.h"
 
 #include <ATen/ThreadLocalState.h>
 
 #include <optional>
 #include <thread>
 
-#include "aten/threads.h"
+#include "aten/threads/kernel_threads.h"
 
 namespace openmtia {
 namespace {

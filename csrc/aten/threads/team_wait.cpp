@@ -1,7 +1,7 @@
 // Whether the device's OpenMP teams busy-wait between parallel regions.
 //
 // The emulated device's kernels run on the host's cores, in OpenMP teams of
-// the stream workers (threads.cpp). libgomp lets a team's idle threads spin
+// the stream workers (kernel_threads.cpp). libgomp lets a team's idle threads spin
 // for their next region (~300K pauses, ~15 ms here) while the process has no
 // more OpenMP threads than cores, and only ~100 pauses otherwise (they sleep,
 // and the next region wakes them). It does not count the host thread, the
@@ -23,7 +23,7 @@
 // Time in which the host neither launched nor waited does not count. A
 // thread's count of threads (and so a kernel's result) never depends on
 // this: only how its idle threads wait.
-#include "aten/team_wait.h"
+#include "aten/threads/team_wait.h"
 
 #include <dlfcn.h>
 #include <pthread.h>

@@ -1,5 +1,5 @@
-// The emulation engine (emulated.cpp): the "hardware" behind the emulated
-// driver (emulated_driver.cpp), which is its only user besides its own tests.
+// The emulation engine (engine.cpp): the "hardware" behind the emulated
+// driver (driver.cpp), which is its only user besides its own tests.
 // The framework never sees this API: it reaches the engine through the
 // driver ABI (openmtia/driver.h) and the client (openmtia/runtime.h).
 //
@@ -26,6 +26,7 @@ using omr::Error;
 using omr::ErrorCode;
 using omr::HostWorkHook;
 using omr::IdleHook;
+using omr::kTaskMayBlock;
 using omr::kTaskWaitsForHost;
 using omr::kMaxDevices;
 using omr::OutOfMemoryError;

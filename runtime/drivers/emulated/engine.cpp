@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "openmtia/recycler.h"
+#include "inline_policy.h"
 #include "strict_memory.h"
 
 namespace omr {
@@ -278,6 +279,7 @@ struct Stream {
       worker_cpu.store(sched_getcpu(), std::memory_order_relaxed);
       for (Entry* e : batch) execute(*e);
       batch.clear();
+      sampleWorkerThread();  // (inline launches: whether the workers find cores)
       ran_ns = Clock::now().time_since_epoch().count();
     }
   }
@@ -312,7 +314,9 @@ struct Stream {
       runOnHost(batch);
       batch.clear();
       std::lock_guard<std::mutex> lk(mu);
-      cv_work.notify_one();  // what is left (or a stop) is the worker's now
+      // what is left (or a stop) is the worker's now; nothing left: a
+      // sleeping worker sleeps on (a wake-up for nothing costs it two switches)
+      if (enqueued > started || stop) cv_work.notify_one();
     }
   }
   // Runs claimed tasks on the calling host thread as the device's work.
@@ -444,8 +448,23 @@ struct Stream {
     queue.push_back({name, fn, tag, waits_on, waits_version});
     uint64_t seq = ++enqueued;
     enqueued_seen.store(seq, std::memory_order_release);
-    cv_work.notify_one();
     collect(trash.tasks);
+    // Inline launch: onto an idle stream (nothing of it waits or runs, so
+    // running it now keeps the stream's order), a task that cannot block the
+    // launch, launched by a host thread, runs there when the policy says so
+    // (inline_policy.h). Claimed as help() claims: under mu.
+    if (seq == started + 1 && completed.load() == started && !waits_on &&
+        !(fn.flags & (kTaskWaitsForHost | kTaskMayBlock)) && !t_on_worker && runLaunchHere()) {
+      Entry* e = &queue.back();
+      started = seq;
+      lk.unlock();
+      runOnHost({e});
+      std::lock_guard<std::mutex> again(mu);
+      if (enqueued > started || stop) cv_work.notify_one();  // what was launched meanwhile is the worker's
+      collect(trash.tasks);
+      return seq;
+    }
+    cv_work.notify_one();
     return seq;
   }
   // push() of a Task, boxed (and destroyed here if push throws: not taken).
@@ -610,6 +629,7 @@ class Runtime {
     if (c.launch_queue_depth > 0) queue_depth = c.launch_queue_depth;
     if (c.launch_blocking >= 0) launch_blocking = c.launch_blocking == 1;
     if (c.help_first >= 0) g_help_first = c.help_first == 1;
+    if (c.inline_launches >= 0) setInlineMode(static_cast<InlineMode>(c.inline_launches));
     for (int i = 0; i < n; ++i) {
       devices_.push_back(std::make_unique<Device>());
       devices_.back()->index = i;

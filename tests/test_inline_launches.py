@@ -1,0 +1,93 @@
+"""Inline launches (OPENMTIA_INLINE_LAUNCHES, docs/architecture.md step 6): a
+task launched onto an idle stream runs on the launching thread ("always"; in
+"auto", while the process's threads wait for cores: measured from their
+schedstat), with the device's semantics kept: results as on CPU, errors at
+the next synchronization, stream order. "never" (the default) hands every
+task to the stream's worker. The runtime's GoogleTests (InlineLaunch.*,
+CoreContention.*) check the engine's side; here the framework's, in child
+processes with each setting."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from test_help_first import run_child
+
+CORRECT_AND_DEFERRED = """
+    import threading, time, pytest, torch, openmtia._C_test
+    me = threading.get_native_id()
+    torch.manual_seed(0)
+    x = torch.randn(300, 200)
+    y = ((x.to("mtia") * 2 + 1).sin() @ x.t().to("mtia")).softmax(-1)
+    torch.testing.assert_close(y.cpu(), ((x * 2 + 1).sin() @ x.t()).softmax(-1))
+    # a device-data error: raised at the next synchronize, never at the call
+    src = torch.randn(4, 3, device="mtia")
+    bad = torch.tensor([[0, 1, 2], [7, 0, 0]], device="mtia")
+    for _ in range(2):  # a signature's first call, then a later one
+        torch.gather(src, 0, torch.zeros_like(bad))
+        torch.mtia.synchronize()
+        torch.gather(src, 0, bad)
+        with pytest.raises(RuntimeError, match="aten::gather"):
+            torch.mtia.synchronize()
+    assert torch.equal(torch.gather(src, 0, torch.zeros(1, 3, dtype=torch.long, device="mtia")).cpu(), src.cpu()[:1])
+    time.sleep(0.02)  # the stream's worker goes to sleep
+    p = openmtia._C_test.launch_thread_probe(0)
+    ran_in_launch = p.order > 0
+    torch.mtia.synchronize()
+    print("in_launch", int(ran_in_launch), "on_me", int(p.thread_id == me))
+"""
+
+
+def test_always_runs_launches_onto_an_idle_stream_in_the_launch_with_errors_at_the_sync():
+    out = run_child(CORRECT_AND_DEFERRED, OPENMTIA_INLINE_LAUNCHES="always")
+    assert "in_launch 1 on_me 1" in out, out
+
+
+def test_never_hands_every_task_to_the_streams_worker():
+    out = run_child(CORRECT_AND_DEFERRED, OPENMTIA_INLINE_LAUNCHES="never")
+    assert "in_launch 0 on_me" in out, out  # (the synchronize may run it: help-first)
+
+
+def test_an_invalid_setting_is_named_and_the_default_kept():
+    r = subprocess.run([sys.executable, "-c", "import torch; print((torch.ones(3, device='mtia') * 2).sum().item())"],
+                       capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, OPENMTIA_INLINE_LAUNCHES="sometimes"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "openmtia: ignoring invalid OPENMTIA_INLINE_LAUNCHES='sometimes' (never, always or auto)" in r.stderr
+    assert r.stdout.split()[-1] == "6.0"
+
+
+@pytest.mark.parametrize("setting", ["auto", "never"])
+def test_auto_runs_launches_inline_while_the_process_has_no_core_to_spare(setting):
+    # the child and two busy processes share one core: its launching thread
+    # waits for the core, so in "auto" a launch onto an idle stream runs on
+    # it; in "never" it still goes to the worker
+    cpu = sorted(os.sched_getaffinity(0))[0]
+    hogs = [subprocess.Popen([sys.executable, "-c", f"import os; os.sched_setaffinity(0, {{{cpu}}})\nwhile True: pass"])
+            for _ in range(2)]
+    try:
+        out = run_child(f"""
+            import os, threading, time, torch, openmtia._C_test
+            os.sched_setaffinity(0, {{{cpu}}})
+            me = threading.get_native_id()
+            a = torch.randn(64, 64, device="mtia")
+            inline = 0
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline and not inline:
+                for _ in range(20):
+                    a = (a @ a).tanh()  # work: the threads want the core
+                p = openmtia._C_test.launch_thread_probe(0)
+                inline = int(p.order > 0 and p.thread_id == me)
+                torch.mtia.synchronize()
+                if "{setting}" == "never" and time.monotonic() > deadline - 18:
+                    break
+            b = torch.randn(64, 64)  # CPU's results, whoever ran the kernels
+            torch.testing.assert_close((b.to("mtia") @ b.to("mtia")).tanh().cpu(), (b @ b).tanh())
+            print("inline", inline)
+        """, OPENMTIA_INLINE_LAUNCHES=setting)
+    finally:
+        for h in hogs:
+            h.kill()
+            h.wait()
+    assert f"inline {int(setting == 'auto')}" in out, out

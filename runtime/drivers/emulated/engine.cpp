@@ -314,10 +314,14 @@ struct Stream {
       runOnHost(batch);
       batch.clear();
       std::lock_guard<std::mutex> lk(mu);
-      // what is left (or a stop) is the worker's now; nothing left: a
-      // sleeping worker sleeps on (a wake-up for nothing costs it two switches)
-      if (enqueued > started || stop) cv_work.notify_one();
+      handBackToWorker();
     }
+  }
+  // After a host thread ran claimed tasks (with mu held): what is left (or a
+  // stop) is the worker's now; with nothing left a sleeping worker sleeps on
+  // (a wake-up for nothing costs it two switches).
+  void handBackToWorker() {
+    if (enqueued > started || stop) cv_work.notify_one();
   }
   // Runs claimed tasks on the calling host thread as the device's work.
   void runOnHost(const std::vector<Entry*>& batch) {
@@ -460,7 +464,7 @@ struct Stream {
       lk.unlock();
       runOnHost({e});
       std::lock_guard<std::mutex> again(mu);
-      if (enqueued > started || stop) cv_work.notify_one();  // what was launched meanwhile is the worker's
+      handBackToWorker();  // (what was launched meanwhile)
       collect(trash.tasks);
       return seq;
     }

@@ -33,20 +33,22 @@ CORRECT_AND_DEFERRED = """
     assert torch.equal(torch.gather(src, 0, torch.zeros(1, 3, dtype=torch.long, device="mtia")).cpu(), src.cpu()[:1])
     time.sleep(0.02)  # the stream's worker goes to sleep
     p = openmtia._C_test.launch_thread_probe(0)
-    ran_in_launch = p.order > 0
+    # run before the synchronize on this thread: inside the launch (a worker
+    # may also have run it by now, on its own thread)
+    in_launch = p.order > 0 and p.thread_id == me
     torch.mtia.synchronize()
-    print("in_launch", int(ran_in_launch), "on_me", int(p.thread_id == me))
+    print("in_launch", int(in_launch))
 """
 
 
 def test_always_runs_launches_onto_an_idle_stream_in_the_launch_with_errors_at_the_sync():
     out = run_child(CORRECT_AND_DEFERRED, OPENMTIA_INLINE_LAUNCHES="always")
-    assert "in_launch 1 on_me 1" in out, out
+    assert "in_launch 1" in out, out
 
 
 def test_never_hands_every_task_to_the_streams_worker():
     out = run_child(CORRECT_AND_DEFERRED, OPENMTIA_INLINE_LAUNCHES="never")
-    assert "in_launch 0 on_me" in out, out  # (the synchronize may run it: help-first)
+    assert "in_launch 0" in out, out  # (on a worker, or run by the synchronize: help-first)
 
 
 def test_an_invalid_setting_is_named_and_the_default_kept():

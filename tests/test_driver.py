@@ -155,7 +155,7 @@ def fake_drivers(tmp_path_factory):
 
 def test_a_driver_of_another_major_version(fake_drivers):
     r = run(UNAVAILABLE, OPENMTIA_DRIVER=fake_drivers["other_major"])
-    check_unavailable(r, "does not implement driver ABI 1.2")  # (the ABI openmtia is built against)
+    check_unavailable(r, "does not implement driver ABI 1.3")  # (the ABI openmtia is built against)
 
 
 def test_a_driver_that_fails_to_start(fake_drivers):

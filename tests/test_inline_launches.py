@@ -31,6 +31,12 @@ CORRECT_AND_DEFERRED = """
         with pytest.raises(RuntimeError, match="aten::gather"):
             torch.mtia.synchronize()
     assert torch.equal(torch.gather(src, 0, torch.zeros(1, 3, dtype=torch.long, device="mtia")).cpu(), src.cpu()[:1])
+    # (after tasks with parallel kernels, as the matmul's and softmax's, the
+    # stream's tasks stay on its worker until 8 in a row ran without: one
+    # thread team, test_a_parallel_kernel_keeps_the_stream_on_its_worker)
+    for _ in range(8):
+        openmtia._C_test.launch_thread_probe(0)
+        torch.mtia.synchronize()
     time.sleep(0.02)  # the stream's worker goes to sleep
     p = openmtia._C_test.launch_thread_probe(0)
     # run before the synchronize on this thread: inside the launch (a worker
@@ -93,3 +99,44 @@ def test_auto_runs_launches_inline_while_the_process_has_no_core_to_spare(settin
             h.kill()
             h.wait()
     assert f"inline {int(setting == 'auto')}" in out, out
+
+
+ONE_TEAM = """
+    import os, threading, torch, openmtia._C_test
+    me = threading.get_native_id()
+    comm = open(f"/proc/self/task/{me}/comm").read()
+
+    def host_team():  # the threads named as this one: its OpenMP team's (a worker's team's are named mtia<d>s<n>)
+        return {t for t in os.listdir("/proc/self/task")
+                if int(t) != me and open(f"/proc/self/task/{t}/comm").read() == comm}
+
+    def on_this_thread(n):  # where each of n launches onto the idle stream ran
+        out = []
+        for _ in range(n):
+            p = openmtia._C_test.launch_thread_probe(0)
+            torch.mtia.synchronize()
+            out.append(p.thread_id == me)
+        return out
+
+    # (no CPU kernel on this thread: its own OpenMP team would hide the device's)
+    x = torch.arange(1 << 20, device="mtia", dtype=torch.float32)
+    y = x * 3  # (a signature's first call runs on this thread, not as a task)
+    y = x * 3  # a task whose kernel runs on every thread (1M elements)
+    torch.mtia.synchronize()
+    assert on_this_thread(9) == [False] * 8 + [True]  # the worker's until 8 tasks without parallel regions ran
+    before = host_team()
+    y = x * 3  # inline (the stream idle, 8 serial tasks ran), on every thread
+    assert host_team() <= before, (before, host_team())  # the team it made on this thread ended
+    torch.mtia.synchronize()
+    assert on_this_thread(9) == [False] * 8 + [True]
+    assert torch.equal(y.cpu(), torch.arange(1 << 20, dtype=torch.float32) * 3)
+    print("ok")
+"""
+
+
+def test_a_parallel_kernel_keeps_the_stream_on_its_worker():
+    # One thread team (architecture.md step 6): a task whose kernel spreads
+    # over several cores stays on the stream's worker, whose team persists;
+    # run inline (or by a helping host thread), the host's team ends after it
+    out = run_child(ONE_TEAM, OPENMTIA_INLINE_LAUNCHES="always")
+    assert out.split()[-1] == "ok", out

@@ -405,6 +405,13 @@ void setHostWorkHook(HostWorkHook hook) {
   if (OMTIA_HAS_FIELD(&T(), OmtiaDriver, set_host_work_hook)) check(T().set_host_work_hook(hook));
 }
 
+bool workRunsParallel() {
+  if (!OMTIA_HAS_FIELD(&T(), OmtiaDriver, work_runs_parallel)) return false;
+  int on_host = 0;
+  check(T().work_runs_parallel(&on_host));
+  return on_host != 0;
+}
+
 namespace detail {
 const char* runGuarded(void (*call)(void*), void* box) {
   return runCatching([&] { call(box); });

@@ -271,3 +271,72 @@ TEST(HelpFirst, TheHostWorkHookBracketsTheHelpedTasks) {
   EXPECT_GE(g_host_work_begins.load(), 1);
   eng::streamDestroy(0, s);
 }
+
+// ------------------------------------------------------------ one thread team
+// A task that runs parallel regions (workRunsParallel) stays on its stream's
+// worker, whose OpenMP team persists: a host thread that claimed it hands
+// the rest back, and host threads leave the stream to its worker until 8
+// tasks in a row ran without parallel regions.
+
+TEST(OneTeam, AHostThreadThatRanAParallelTaskHandsTheRestBackToTheWorker) {
+  auto s = eng::streamCreate(0, 19);
+  Ran ran;
+  std::atomic<int> on_host{-1};
+  {
+    HeldWorkers held;
+    eng::launch(0, s, "parallel", [&] {
+      ran.add(0);
+      on_host = eng::workRunsParallel() ? 1 : 0;
+      eng::holdWorkersForTesting(false);  // (the worker may claim what is handed back)
+    });
+    for (int i = 1; i < 5; ++i) eng::launch(0, s, "t", [&ran, i] { ran.add(i); });
+    eng::streamSynchronize(0, s);
+  }
+  ASSERT_EQ(ran.tasks.size(), 5u);
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(ran.tasks[i].first, i);
+  EXPECT_EQ(ran.tasks[0].second, std::this_thread::get_id());  // claimed by the synchronize
+  EXPECT_EQ(on_host.load(), 1);
+  for (int i = 1; i < 5; ++i) EXPECT_NE(ran.tasks[i].second, std::this_thread::get_id()) << i;
+  // on the worker the call says so
+  eng::launch(0, s, "parallel", [&] { on_host = eng::workRunsParallel() ? 1 : 0; });
+  while (!eng::streamQuery(0, s)) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_EQ(on_host.load(), 0);
+  eng::streamSynchronize(0, s);
+  eng::streamDestroy(0, s);
+}
+
+TEST(OneTeam, HostThreadsLeaveTheStreamToItsWorkerUntil8SerialTasksRan) {
+  auto s = eng::streamCreate(0, 20);
+  eng::launch(0, s, "parallel", [] { eng::workRunsParallel(); });
+  eng::streamSynchronize(0, s);
+  Ran ran;
+  size_t ran_before_release = 99;
+  eng::holdWorkersForTesting(true);
+  for (int i = 0; i < 8; ++i) eng::launch(0, s, "t", [&ran, i] { ran.add(i); });
+  std::thread release([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    {
+      std::lock_guard<std::mutex> lk(ran.mu);
+      ran_before_release = ran.tasks.size();
+    }
+    eng::holdWorkersForTesting(false);
+  });
+  eng::streamSynchronize(0, s);  // sleeps: the tasks are the worker's
+  release.join();
+  EXPECT_EQ(ran_before_release, 0u);
+  ASSERT_EQ(ran.tasks.size(), 8u);
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_EQ(ran.tasks[i].first, i);
+    EXPECT_NE(ran.tasks[i].second, std::this_thread::get_id()) << i;
+  }
+  // 8 serial tasks ran: a waiting host thread runs the queued tasks again
+  Ran after;
+  {
+    HeldWorkers held;
+    for (int i = 0; i < 3; ++i) eng::launch(0, s, "t", [&after, i] { after.add(i); });
+    eng::streamSynchronize(0, s);
+  }
+  ASSERT_EQ(after.tasks.size(), 3u);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(after.tasks[i].second, std::this_thread::get_id()) << i;
+  eng::streamDestroy(0, s);
+}

@@ -234,3 +234,19 @@ TEST(CoreContention, EachProbeThatMeetsContentionAgainDoublesTheDwellAndASettled
   contend();
   EXPECT_EQ(c.dwellNs(), eng::CoreContention::kMinDwellNs);
 }
+
+TEST(InlineLaunch, AfterAParallelTaskLaunchesGoToTheWorkerUntil8SerialTasksRan) {
+  Mode mode(eng::InlineMode::kAlways);
+  auto s = eng::streamCreate(0, 38);
+  bool on_host = false;
+  eng::launch(0, s, "parallel", [&] { on_host = eng::workRunsParallel(); });
+  EXPECT_TRUE(on_host);  // inline, and told so
+  std::vector<std::thread::id> ran_on(9);
+  for (int i = 0; i < 9; ++i) {
+    eng::launch(0, s, "t", [&ran_on, i] { ran_on[i] = std::this_thread::get_id(); });
+    eng::streamSynchronize(0, s);  // (the stream idle again)
+  }
+  for (int i = 0; i < 8; ++i) EXPECT_NE(ran_on[i], std::this_thread::get_id()) << i;  // the worker's
+  EXPECT_EQ(ran_on[8], std::this_thread::get_id());  // inline again
+  eng::streamDestroy(0, s);
+}

@@ -153,11 +153,13 @@ namespace {
 // microseconds, as much as a small kernel).
 thread_local bool serial = false;
 thread_local int default_omp = 0;
+thread_local bool host_team = false;  // a claimed task's parallel kernel ran on this host thread
 }  // namespace
 
 void useKernelThreads(int64_t work_elements) {
   const auto& c = controls();
   const bool want_serial = work_elements < kParallelWork;
+  if (!want_serial && omr::workRunsParallel()) host_team = true;
   if (c.omp_set && !want_serial) beforeParallelKernel(serial ? default_omp : c.omp_get());
   if (!c.omp_set || want_serial == serial) return;
   if (want_serial) {
@@ -181,6 +183,10 @@ void useKernelThreads(int64_t work_elements) {
 }
 
 void restoreThreadCounts() {
+  if (host_team) {
+    host_team = false;
+    endThreadTeam();
+  }
   if (!serial) return;
   const auto& c = controls();
   c.omp_set(default_omp);

@@ -34,12 +34,17 @@ int64_t kernelWork(const c10::OperatorHandle& op, const std::vector<c10::IValue>
 // (worker) thread use for a kernel over `work_elements` elements: one below
 // kParallelWork, all of them otherwise; going from all to one ends the
 // thread's OpenMP team where idle threads spin for long (team_wait.h).
-// Every kernel task calls it first.
+// Every kernel task calls it first. A kernel on all threads tells the driver
+// (omr::workRunsParallel: the stream's next tasks run on its worker, whose
+// team persists); on a host thread that claimed the task (help-first,
+// inline launch) it still runs on all threads (CPU's thread count, and so
+// its rounding) and the host's team ends after (restoreThreadCounts).
 // (Elements count as work, except where kernelWork() says more.)
 void useKernelThreads(int64_t work_elements);
 // Gives the calling thread back the OpenMP and MKL thread counts it had
-// before useKernelThreads changed them (a host thread that ran device tasks:
-// host_work.h).
+// before useKernelThreads changed them, and ends the OpenMP team that a
+// parallel kernel made on it (a host thread that ran device tasks:
+// host_work.h): the device's team is the worker's.
 void restoreThreadCounts();
 // Ends the calling thread's OpenMP team, if it has one (its threads exit;
 // its next parallel region makes a new team).

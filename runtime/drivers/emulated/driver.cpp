@@ -428,6 +428,10 @@ OmtiaStatus setHostWorkHook(OmtiaHostWorkHook hook) {
   return call([&] { eng::setHostWorkHook(hook); });
 }
 
+OmtiaStatus workRunsParallel(int* on_host) {
+  return call([&] { *on_host = eng::workRunsParallel() ? 1 : 0; });
+}
+
 OmtiaStatus setActivityCallback(OmtiaCorrelationHook correlation, OmtiaActivityCallback callback, void* user) {
   return call([&] {
     g_correlation = correlation;
@@ -487,6 +491,7 @@ const OmtiaDriver kDriver = {
     &setIdleHook,
     &setActivityCallback,
     &setHostWorkHook,
+    &workRunsParallel,
 };
 
 }  // namespace

@@ -89,6 +89,14 @@ void launch(int device, StreamId stream, const char* name, HostTask task);
 void launch(int device, StreamId stream, const char* name, Task task);  // boxed into a HostTask
 bool launchBlocking();
 bool onStreamWorker() noexcept;
+// Called by a running task about to spread over several cores (an OpenMP
+// team of its thread): a stream runs its tasks on its worker, whose team
+// persists, until kSerialTasksBeforeHostRuns tasks in a row ran without this
+// call (help-first waits and inline launches leave them to it: one team, not
+// a host thread's beside the worker's). Returns whether the calling task
+// runs on a host thread that claimed it from a worker (its team is then
+// best ended after it).
+bool workRunsParallel() noexcept;
 bool streamQuery(int device, StreamId stream);
 void streamSynchronize(int device, StreamId stream);
 void deviceSynchronize(int device);

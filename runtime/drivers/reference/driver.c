@@ -815,6 +815,12 @@ static OmtiaStatus setHostWorkHook(OmtiaHostWorkHook hook) {
   return ok();
 }
 
+/* Work runs on the stream threads only: nothing to leave to them. */
+static OmtiaStatus workRunsParallel(int* on_host) {
+  *on_host = 0;
+  return ok();
+}
+
 static OmtiaStatus setActivityCallback(OmtiaCorrelationHook correlation, OmtiaActivityCallback callback, void* user) {
   pthread_mutex_lock(&g_mu);
   g_correlation = correlation;
@@ -838,7 +844,7 @@ static const OmtiaDriver kDriver = {
     graphCreate, graphDestroy, streamBeginCapture, streamEndCapture, streamIsCapturing, graphTaskCount,
     graphTaskName, graphLaunch, graphClear,
     setWaitHook, setIdleHook, setActivityCallback,
-    setHostWorkHook,
+    setHostWorkHook, workRunsParallel,
 };
 
 OMTIA_DRIVER_EXPORT const OmtiaDriver* openmtia_driver_get(uint32_t caller_abi_major) {

@@ -46,7 +46,7 @@ extern "C" {
 #endif
 
 #define OMTIA_DRIVER_ABI_MAJOR 1
-#define OMTIA_DRIVER_ABI_MINOR 2
+#define OMTIA_DRIVER_ABI_MINOR 3
 
 /* The name of the one function a driver library exports. */
 #define OMTIA_DRIVER_ENTRY_POINT "openmtia_driver_get"
@@ -334,6 +334,14 @@ typedef struct OmtiaDriver {
   OmtiaStatus (*set_activity_callback)(OmtiaCorrelationHook correlation, OmtiaActivityCallback callback, void* user);
   /* ABI 1.1 */
   OmtiaStatus (*set_host_work_hook)(OmtiaHostWorkHook hook);
+  /* ABI 1.3: called from inside a piece of work about to spread over several
+   * host cores (a thread team of the thread that runs it). A driver that runs
+   * work on host threads (a wait that runs its stream's work, a launch that
+   * runs it) leaves that stream's next work to its own thread, whose team
+   * persists, until pieces run without this call again; *on_host is 1 when
+   * the calling piece runs on such a host thread (its team is best ended
+   * after the piece: the host work hook's end), else 0. */
+  OmtiaStatus (*work_runs_parallel)(int* on_host);
 } OmtiaDriver;
 
 /* The entry point: the driver's table (static, never freed), or null if it

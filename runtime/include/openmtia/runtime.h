@@ -191,6 +191,13 @@ constexpr uint32_t kTaskMayBlock = 1u << 1;
 // that the tasks set.
 using HostWorkHook = void (*)(int begin);
 void setHostWorkHook(HostWorkHook hook);
+// Called by a running task about to spread over several cores (its thread's
+// OpenMP team): the driver leaves the stream's next tasks to its own thread,
+// whose team persists, rather than to host threads (help-first waits, inline
+// launches), until tasks run without this call again. Returns whether this
+// task runs on such a host thread (its team is best ended after the host
+// work: setHostWorkHook's end). A driver of ABI < 1.3: false.
+bool workRunsParallel();
 // Enqueue a task; returns at once (or once its queue has room). The task runs
 // on the stream's worker; what it captured is destroyed later on a host thread
 // (at the next launch, query or synchronization of that stream), never on the

@@ -6,7 +6,7 @@
 //   to a driver library; the built-in ones lie beside the library holding
 //   this code (openmtia/libopenmtia_driver_<name>.so);
 // - the configuration: OPENMTIA_DEVICE_COUNT, OPENMTIA_DEVICE_MEMORY,
-//   OPENMTIA_LAUNCH_QUEUE_DEPTH, OPENMTIA_STRICT_MEMORY, OPENMTIA_HELP_FIRST, OPENMTIA_INLINE_LAUNCHES,
+//   OPENMTIA_LAUNCH_QUEUE_DEPTH, OPENMTIA_STRICT_MEMORY, OPENMTIA_HELP_FIRST, OPENMTIA_ONE_TEAM, OPENMTIA_INLINE_LAUNCHES,
 //   passed to the driver as options, and OPENMTIA_LAUNCH_BLOCKING, applied
 //   here;
 // - the streams: per device, the default stream and two pools (normal and
@@ -159,6 +159,9 @@ void load(Driver& d) {
   int help_first = d.config.help_first;
   if (help_first < 0 && parseCount("OPENMTIA_HELP_FIRST", 0, 1, &v)) help_first = static_cast<int>(v);
   if (help_first >= 0) options.push_back({"help_first", help_first});
+  int one_team = d.config.one_team;
+  if (one_team < 0 && parseCount("OPENMTIA_ONE_TEAM", 0, 1, &v)) one_team = static_cast<int>(v);
+  if (one_team >= 0) options.push_back({"one_team", one_team});
   int inline_launches = d.config.inline_launches;
   if (inline_launches < 0) inline_launches = parseInlineLaunches();
   if (inline_launches >= 0) options.push_back({"inline_launches", inline_launches});

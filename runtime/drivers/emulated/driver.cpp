@@ -153,6 +153,7 @@ OmtiaStatus initialize(const OmtiaInitArgs* args) {
         else if (!std::strcmp(o.name, "launch_queue_depth")) c.launch_queue_depth = static_cast<size_t>(o.value);
         else if (!std::strcmp(o.name, "strict_memory")) c.strict_memory = o.value ? 1 : 0;
         else if (!std::strcmp(o.name, "help_first")) c.help_first = o.value ? 1 : 0;
+        else if (!std::strcmp(o.name, "one_team")) c.one_team = o.value ? 1 : 0;
         else if (!std::strcmp(o.name, "inline_launches")) {
           if (o.value > 2) throw eng::Error(eng::ErrorCode::kInvalidValue, "option inline_launches > 2");
           c.inline_launches = static_cast<int>(o.value);

@@ -70,6 +70,8 @@ std::atomic<HostWorkHook> g_host_work_hook{nullptr};
 // soon as the work is done; where a worker already runs the tasks, the host
 // waits as before.
 std::atomic<bool> g_help_first{true};
+// One thread team (RuntimeConfig::one_team, kSerialTasksBeforeHostRuns).
+std::atomic<bool> g_one_team{true};
 std::atomic<bool> g_hold_workers{false};  // holdWorkersForTesting()
 RuntimeConfig g_config;                  // configure(): read once, when the runtime is made
 std::atomic<bool> g_runtime_made{false};
@@ -213,7 +215,10 @@ struct Stream {
   // stream's tasks, one at a time). Below it, host threads leave the tasks
   // to the worker.
   std::atomic<int> serial_run{kSerialTasksBeforeHostRuns};
-  bool hostMayRun() const { return serial_run.load(std::memory_order_relaxed) >= kSerialTasksBeforeHostRuns; }
+  bool hostMayRun() const {
+    return serial_run.load(std::memory_order_relaxed) >= kSerialTasksBeforeHostRuns ||
+           !g_one_team.load(std::memory_order_relaxed);
+  }
   std::string error_task, error_msg;  // first failure not yet reported
   bool has_error = false;
   std::shared_ptr<struct GraphTasks> capture;  // under mu: the graph being captured, if any
@@ -355,7 +360,7 @@ struct Stream {
       for (Entry* e : batch) {
         if (e->waits_on) helpRecord(e->waits_on, e->waits_version);
         ++ran;
-        if (execute(*e) && claimed) break;
+        if (execute(*e) && claimed && g_one_team.load(std::memory_order_relaxed)) break;
       }
     }
     if (claimed) --t_claimed_run;
@@ -670,6 +675,7 @@ class Runtime {
     if (c.launch_queue_depth > 0) queue_depth = c.launch_queue_depth;
     if (c.launch_blocking >= 0) launch_blocking = c.launch_blocking == 1;
     if (c.help_first >= 0) g_help_first = c.help_first == 1;
+    if (c.one_team >= 0) g_one_team = c.one_team == 1;
     if (c.inline_launches >= 0) setInlineMode(static_cast<InlineMode>(c.inline_launches));
     for (int i = 0; i < n; ++i) {
       devices_.push_back(std::make_unique<Device>());
@@ -924,7 +930,7 @@ bool onStreamWorker() noexcept { return t_on_worker; }
 
 bool workRunsParallel() noexcept {
   t_task_parallel = true;
-  return t_claimed_run > 0;
+  return t_claimed_run > 0 && g_one_team.load(std::memory_order_relaxed);
 }
 
 bool streamQuery(int device, StreamId stream) {

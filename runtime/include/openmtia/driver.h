@@ -103,7 +103,9 @@ typedef struct OmtiaErrorInfo {
  * the stream's queued work itself; 0: it sleeps while a driver thread runs
  * it), "inline_launches" (where work launched onto an idle stream runs: 0,
  * the default, never on the launching thread; 1 always there; 2 there while
- * the process's threads wait for cores: see the emulator's README). */
+ * the process's threads wait for cores: see the emulator's README),
+ * "one_team" (1, the default: work that calls work_runs_parallel keeps its
+ * stream's next work on the driver thread; 0: host threads run it as any). */
 typedef struct OmtiaOption {
   const char* name;
   int64_t value;

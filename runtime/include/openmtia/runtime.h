@@ -94,6 +94,9 @@ struct RuntimeConfig {
   int launch_blocking = -1;  // 0 / 1: OPENMTIA_LAUNCH_BLOCKING's
   int strict_memory = -1;    // 1: host threads cannot touch device memory (OPENMTIA_STRICT_MEMORY)
   int help_first = -1;       // 0 / 1: a waiting host thread runs the stream's queued tasks (OPENMTIA_HELP_FIRST, default 1)
+  // 0 / 1: a task with parallel kernels keeps its stream's next tasks on the
+  // worker, whose thread team persists (OPENMTIA_ONE_TEAM, default 1)
+  int one_team = -1;
   // where a task launched onto an idle stream runs (OPENMTIA_INLINE_LAUNCHES):
   // 0 "never" on the launching thread (the default), 1 "always" there, 2
   // "auto": there while the process's threads wait for cores

@@ -119,20 +119,22 @@ ONE_TEAM = """
         return out
 
     # (no CPU kernel on this thread: its own OpenMP team would hide the device's)
+    # an eager kernel, or a compiled one (Inductor's C++ with its own parallel region)
+    f = (lambda x: x * 3) if os.environ["KERNEL"] == "eager" else torch.compile(lambda x: x * 3)
     x = torch.arange(1 << 20, device="mtia", dtype=torch.float32)
-    y = x * 3  # (a signature's first call runs on this thread, not as a task)
-    y = x * 3  # a task whose kernel runs on every thread (1M elements)
+    y = f(x)  # (a signature's first call runs on this thread, not as a task; compiled: a task)
+    y = f(x)  # a task whose kernel runs on every thread (1M elements)
     torch.mtia.synchronize()
     if os.environ["OPENMTIA_ONE_TEAM"] == "0":  # every launch onto the idle stream inline
         assert on_this_thread(9) == [True] * 9
-        y = x * 3
+        y = f(x)
         assert on_this_thread(1) == [True]
         assert torch.equal(y.cpu(), torch.arange(1 << 20, dtype=torch.float32) * 3)
         print("ok")
         raise SystemExit
     assert on_this_thread(9) == [False] * 8 + [True]  # the worker's until 8 tasks without parallel regions ran
     before = host_team()
-    y = x * 3  # inline (the stream idle, 8 serial tasks ran), on every thread
+    y = f(x)  # inline (the stream idle, 8 serial tasks ran), on every thread
     assert host_team() <= before, (before, host_team())  # the team it made on this thread ended
     torch.mtia.synchronize()
     assert on_this_thread(9) == [False] * 8 + [True]
@@ -141,11 +143,11 @@ ONE_TEAM = """
 """
 
 
-@pytest.mark.parametrize("setting", ["1", "0"])
-def test_a_parallel_kernel_keeps_the_stream_on_its_worker(setting):
+@pytest.mark.parametrize("setting,kernel", [("1", "eager"), ("0", "eager"), ("1", "compiled")])
+def test_a_parallel_kernel_keeps_the_stream_on_its_worker(setting, kernel):
     # One thread team (architecture.md step 6): a task whose kernel spreads
     # over several cores stays on the stream's worker, whose team persists;
     # run inline (or by a helping host thread), the host's team ends after it.
     # OPENMTIA_ONE_TEAM=0 turns the rule off.
-    out = run_child(ONE_TEAM, OPENMTIA_INLINE_LAUNCHES="always", OPENMTIA_ONE_TEAM=setting)
+    out = run_child(ONE_TEAM, OPENMTIA_INLINE_LAUNCHES="always", OPENMTIA_ONE_TEAM=setting, KERNEL=kernel)
     assert out.split()[-1] == "ok", out

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "openmtia/runtime.h"
+#include "aten/threads/kernel_threads.h"
 #include "compile/kernels.h"
 #include "runtime/device.h"
 #include "runtime/device_allocator.h"
@@ -45,9 +46,10 @@ class CompiledKernel {
 
   // kinds: one letter per argument: 'p' the data pointer of a tensor the
   // kernel reads, 'w' of one it writes, 'i' an integer, 'f' a floating-point
-  // scalar.
-  CompiledKernel(uintptr_t entry, std::string name, std::string kinds)
-      : entry_(reinterpret_cast<Entry>(entry)), name_(std::move(name)), kinds_(std::move(kinds)) {
+  // scalar. parallel: the kernel has an OpenMP parallel region (the driver is
+  // told: noteParallelKernel).
+  CompiledKernel(uintptr_t entry, std::string name, std::string kinds, bool parallel)
+      : entry_(reinterpret_cast<Entry>(entry)), name_(std::move(name)), kinds_(std::move(kinds)), parallel_(parallel) {
     TORCH_CHECK(entry_ != nullptr, "compiled kernel ", name_, ": null entry point");
     for (char k : kinds_) TORCH_CHECK(k == 'p' || k == 'w' || k == 'i' || k == 'f', "compiled kernel ", name_, ": bad kind ", k);
   }
@@ -95,7 +97,10 @@ class CompiledKernel {
     }
     TORCH_CHECK(device >= 0, "compiled kernel ", name_, " has no tensor argument");
     launchOnCurrentStream(device, name_.c_str(),
-                          [entry = entry_, slots = std::move(slots), by_value = std::move(by_value)] { entry(slots.data()); });
+                          [entry = entry_, slots = std::move(slots), by_value = std::move(by_value), parallel = parallel_] {
+                            if (parallel) noteParallelKernel();
+                            entry(slots.data());
+                          });
   }
 
   const std::string& name() const { return name_; }
@@ -122,13 +127,15 @@ class CompiledKernel {
   Entry entry_;
   std::string name_;
   std::string kinds_;
+  bool parallel_;
 };
 
 }  // namespace
 
 void initCompileBindings(py::module& m) {
   py::class_<CompiledKernel>(m, "_CompiledKernel")
-      .def(py::init<uintptr_t, std::string, std::string>(), py::arg("entry"), py::arg("name"), py::arg("kinds"))
+      .def(py::init<uintptr_t, std::string, std::string, bool>(), py::arg("entry"), py::arg("name"), py::arg("kinds"),
+           py::arg("parallel") = false)
       .def("__call__", &CompiledKernel::operator())
       .def_property_readonly("name", &CompiledKernel::name);
   // Allocation for generated code: torch.empty_strided on mtia:device (-1: the

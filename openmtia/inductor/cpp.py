@@ -99,19 +99,22 @@ class MtiaKernelCodeCache(CppCodeCache):
         return _get_cpp_prefix_header(device)
 
 
-def _load(lib, name, kinds):
+def _load(lib, name, kinds, parallel):
     entry = ctypes.cast(lib.openmtia_entry, ctypes.c_void_p).value
-    return _C._CompiledKernel(entry, name, kinds)
+    return _C._CompiledKernel(entry, name, kinds, parallel)
 
 
 def openmtia_cpp_kernel(async_compile, name, argtypes, source_code):
     """Compiles one generated C++ kernel; returns its launcher (or a future of it)."""
     kinds = "".join(_kind(t) for t in argtypes)
+    # (a kernel with a parallel region runs on an OpenMP team: its stream's
+    # tasks then stay on the worker, whose team persists; architecture.md step 6)
+    parallel = "#pragma omp parallel" in source_code
     source_code = source_code + _entry_source(argtypes)
     if get_compile_threads() <= 1:
-        return _load(MtiaKernelCodeCache.load(source_code), name, kinds)
+        return _load(MtiaKernelCodeCache.load(source_code), name, kinds, parallel)
     get_result = MtiaKernelCodeCache.load_async(source_code, submit_fn=async_compile.submit)
-    return LambdaFuture(lambda: _load(get_result(), name, kinds))
+    return LambdaFuture(lambda: _load(get_result(), name, kinds, parallel))
 
 
 class _CppKernels:

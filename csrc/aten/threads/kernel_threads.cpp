@@ -159,7 +159,7 @@ thread_local bool host_team = false;  // a claimed task's parallel kernel ran on
 void useKernelThreads(int64_t work_elements) {
   const auto& c = controls();
   const bool want_serial = work_elements < kParallelWork;
-  if (!want_serial && omr::workRunsParallel()) host_team = true;
+  if (!want_serial) noteParallelKernel();
   if (c.omp_set && !want_serial) beforeParallelKernel(serial ? default_omp : c.omp_get());
   if (!c.omp_set || want_serial == serial) return;
   if (want_serial) {
@@ -180,6 +180,10 @@ void useKernelThreads(int64_t work_elements) {
     if (c.mkl_set_local) c.mkl_set_local(0);  // 0: MKL's global setting again
   }
   serial = want_serial;
+}
+
+void noteParallelKernel() {
+  if (omr::workRunsParallel()) host_team = true;
 }
 
 void restoreThreadCounts() {

@@ -41,6 +41,12 @@ int64_t kernelWork(const c10::OperatorHandle& op, const std::vector<c10::IValue>
 // its rounding) and the host's team ends after (restoreThreadCounts).
 // (Elements count as work, except where kernelWork() says more.)
 void useKernelThreads(int64_t work_elements);
+// Before a kernel that runs a parallel region (an OpenMP team) in a device
+// task: tells the driver (omr::workRunsParallel); on a host thread that
+// claimed the task, its team ends after the host work (restoreThreadCounts).
+// useKernelThreads calls it for a kernel on all threads; compiled kernels
+// with a parallel region call it themselves.
+void noteParallelKernel();
 // Gives the calling thread back the OpenMP and MKL thread counts it had
 // before useKernelThreads changed them, and ends the OpenMP team that a
 // parallel kernel made on it (a host thread that ran device tasks:

@@ -122,6 +122,11 @@ TEST(Driver, DevicesAndProperties) {
   EXPECT_EQ(e.code, OMTIA_ERROR_INVALID_DEVICE);
   EXPECT_NE(std::string(e.message), "");
   EXPECT_EQ(D->device_count(nullptr), OMTIA_ERROR_INVALID_VALUE);
+  // ABI 1.3: on a host thread outside any work, nothing runs here
+  int on_host = -1;
+  OK(D->work_runs_parallel(&on_host));
+  EXPECT_EQ(on_host, 0);
+  EXPECT_EQ(D->work_runs_parallel(nullptr), OMTIA_ERROR_INVALID_VALUE);
 }
 
 TEST(Driver, LastErrorIsPerThreadAndSizedByTheCaller) {

@@ -34,11 +34,9 @@ int64_t kernelWork(const c10::OperatorHandle& op, const std::vector<c10::IValue>
 // (worker) thread use for a kernel over `work_elements` elements: one below
 // kParallelWork, all of them otherwise; going from all to one ends the
 // thread's OpenMP team where idle threads spin for long (team_wait.h).
-// Every kernel task calls it first. A kernel on all threads tells the driver
-// (omr::workRunsParallel: the stream's next tasks run on its worker, whose
-// team persists); on a host thread that claimed the task (help-first,
-// inline launch) it still runs on all threads (CPU's thread count, and so
-// its rounding) and the host's team ends after (restoreThreadCounts).
+// Every kernel task calls it first. A kernel on all threads keeps CPU's
+// thread count (and so its rounding) wherever it runs, and calls
+// noteParallelKernel().
 // (Elements count as work, except where kernelWork() says more.)
 void useKernelThreads(int64_t work_elements);
 // Before a kernel that runs a parallel region (an OpenMP team) in a device

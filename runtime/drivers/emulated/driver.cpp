@@ -430,7 +430,7 @@ OmtiaStatus setHostWorkHook(OmtiaHostWorkHook hook) {
 }
 
 OmtiaStatus workRunsParallel(int* on_host) {
-  return call([&] { *on_host = eng::workRunsParallel() ? 1 : 0; });
+  return call([&] { *need(on_host, "on_host") = eng::workRunsParallel() ? 1 : 0; });
 }
 
 OmtiaStatus setActivityCallback(OmtiaCorrelationHook correlation, OmtiaActivityCallback callback, void* user) {

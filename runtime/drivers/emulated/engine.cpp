@@ -360,7 +360,7 @@ struct Stream {
       for (Entry* e : batch) {
         if (e->waits_on) helpRecord(e->waits_on, e->waits_version);
         ++ran;
-        if (execute(*e) && claimed && g_one_team.load(std::memory_order_relaxed)) break;
+        if (execute(*e) && claimed && !hostMayRun()) break;
       }
     }
     if (claimed) --t_claimed_run;

@@ -817,6 +817,7 @@ static OmtiaStatus setHostWorkHook(OmtiaHostWorkHook hook) {
 
 /* Work runs on the stream threads only: nothing to leave to them. */
 static OmtiaStatus workRunsParallel(int* on_host) {
+  if (!on_host) return fail(OMTIA_ERROR_INVALID_VALUE, "on_host is null");
   *on_host = 0;
   return ok();
 }

@@ -151,3 +151,11 @@ def test_a_parallel_kernel_keeps_the_stream_on_its_worker(setting, kernel):
     # OPENMTIA_ONE_TEAM=0 turns the rule off.
     out = run_child(ONE_TEAM, OPENMTIA_INLINE_LAUNCHES="always", OPENMTIA_ONE_TEAM=setting, KERNEL=kernel)
     assert out.split()[-1] == "ok", out
+
+
+def test_an_invalid_one_team_setting_is_named_and_the_default_kept():
+    r = subprocess.run([sys.executable, "-c", "import torch; print((torch.ones(3, device='mtia') * 2).sum().item())"],
+                       capture_output=True, text=True, timeout=300, env=dict(os.environ, OPENMTIA_ONE_TEAM="5"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "openmtia: ignoring invalid OPENMTIA_ONE_TEAM='5'" in r.stderr
+    assert r.stdout.split()[-1] == "6.0"

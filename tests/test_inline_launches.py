@@ -159,3 +159,45 @@ def test_an_invalid_one_team_setting_is_named_and_the_default_kept():
     assert r.returncode == 0, r.stderr[-3000:]
     assert "openmtia: ignoring invalid OPENMTIA_ONE_TEAM='5'" in r.stderr
     assert r.stdout.split()[-1] == "6.0"
+
+
+STATE_SWAPS = """
+    import torch, openmtia
+    from torch.utils._python_dispatch import TorchDispatchMode
+    class Mode(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+    import contextlib
+    x = torch.randn(64)
+    m = x.to("mtia")
+    (m * 2 + 1).cpu()  # (the signatures' first calls)
+    states = {
+        "plain": contextlib.nullcontext,
+        "no_grad": torch.no_grad,
+        "inference_mode": torch.inference_mode,
+        "autocast_cpu": lambda: torch.autocast("cpu", dtype=torch.bfloat16),
+        "dispatch_mode": Mode,
+        "profiler": lambda: torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]),
+    }
+    for name, state in states.items():
+        before = openmtia._C._host_work_state_swaps()
+        with state():
+            for _ in range(20):
+                y = m * 2 + 1
+            torch.mtia.synchronize()
+        swaps = openmtia._C._host_work_state_swaps() - before
+        assert torch.equal(y.cpu(), x * 2 + 1), name
+        print(name, "swaps", int(swaps > 0))
+"""
+
+
+def test_a_host_thread_in_a_fresh_threads_state_runs_device_work_in_it():
+    # Device work on a host thread runs in a fresh thread's state: a thread
+    # already in one (a plain loop) keeps its own, unswapped; one whose
+    # grad mode, autocast, dispatch modes or profiler differ is swapped to a
+    # fresh state and back (what the kernels may see:
+    # test_help_first.py's thread-state test)
+    out = run_child(STATE_SWAPS, OPENMTIA_INLINE_LAUNCHES="always")
+    assert "plain swaps 0" in out, out
+    for name in ("no_grad", "inference_mode", "autocast_cpu", "dispatch_mode", "profiler"):
+        assert f"{name} swaps 1" in out, out

@@ -120,6 +120,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("_host_threads_waiting", [] { return omr::hostThreadsWaiting(); });
   m.def("_host_waited_ns", [] { return omr::hostWaitedNs(); });
   m.def("_host_launches", [] { return omr::hostLaunches(); });
+  // how often device work on a host thread swapped its thread state (host_work.h)
+  m.def("_host_work_state_swaps", &openmtia::hostWorkStateSwaps);
   m.def("_dense_work_scale", [] { return openmtia::kDenseWorkScale; });
   // what the fallback learned of its kernels' threads (learned_threads.h):
   // [(op, size class, "all" / "one" / "learning", all threads' ns, one's ns)]

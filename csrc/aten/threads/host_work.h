@@ -6,12 +6,19 @@
 //   program's grad mode, dispatch modes, autocast and profiler callbacks do
 //   not reach the kernels (a TorchDispatchMode on the host would see the
 //   device's internal CPU calls; the profiler would record them as host ops);
+//   a thread whose state is already a fresh one's in all that (a plain loop)
+//   keeps it, without swapping it twice;
 // - after, its state and its OpenMP and MKL thread counts are the program's
 //   again (a small kernel's task sets them to one thread).
 #pragma once
 
+#include <cstdint>
+
 namespace openmtia {
 
 void hostWork(int begin);
+// How many times device work on a host thread swapped the thread's state
+// (it was not a fresh thread's), for tests.
+int64_t hostWorkStateSwaps();
 
 }  // namespace openmtia

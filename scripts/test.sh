@@ -31,7 +31,7 @@ OPENMTIA_DRIVER=reference timeout -k 30 900 .venv/bin/python -m pytest -q -p tim
   tests/test_graphs.py tests/test_random.py tests/test_low_precision.py tests/test_low_precision_tables.py \
   tests/test_attention.py tests/test_compile.py tests/test_compile_triton.py tests/test_driver.py \
   tests/test_transformers.py tests/test_main_job.py tests/test_distributed_netns.py tests/test_extension_api.py \
-  tests/test_cpp_wrapper.py tests/test_sparse.py tests/test_foreach.py "$@"
+  tests/test_cpp_wrapper.py tests/test_sparse.py tests/test_foreach.py tests/test_profiler.py "$@"
 
 section "pytest under OPENMTIA_STRICT_MEMORY=1 (device memory the host cannot touch)"
 # A host thread's access to device memory ends the process naming it

@@ -1,5 +1,11 @@
-"""Device kernels in torch.profiler: each mtia task as a device event on its stream."""
+"""Device kernels in torch.profiler: each mtia task as a device event on its
+stream, in the shape of a real MTIA's trace (launch events, correlation ids,
+flows, stream numbers, row and event names)."""
+import gzip
 import json
+import os
+import re
+import socket
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -60,3 +66,137 @@ def test_memory_events_with_profile_memory(tmp_path):
     mtia = [m for m in mem if m.get("Device Type") == int(torch.autograd.DeviceType.MTIA)]
     assert [m["Bytes"] for m in mtia] == [4 << 20, -(4 << 20)], mem
     assert mtia[0]["Total Allocated"] >= 4 << 20 and mtia[0]["Total Reserved"] >= mtia[0]["Total Allocated"]
+
+
+REFERENCE = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "reference", "mtia-traces",
+                         "mtia_training_rank_0.json.gz")
+
+
+def step_trace(tmp_path, device="mtia:0"):
+    """A training step's trace: copies both ways (pinned and pageable), a
+    device-to-device copy, kernels (native and the fallback's), a side
+    stream that waits on an event of the default stream, an optimizer."""
+    torch.mtia.set_device(device)
+    m = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8)).to(device)
+    opt = torch.optim.AdamW(m.parameters())
+    x = torch.randn(32, 64).pin_memory()
+    host = torch.empty(32, 8).pin_memory()
+    side = torch.mtia.Stream()
+
+    def step():
+        xm = x.to(device, non_blocking=True)
+        loss = m(xm).square().mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        ready = torch.mtia.Event()
+        ready.record()
+        with torch.mtia.stream(side):
+            side.wait_event(ready)
+            y = xm.clone()  # device to device
+        torch.mtia.current_stream().wait_stream(side)
+        host.copy_(m(y), non_blocking=True)  # to pinned memory
+        return loss.item(), y[:4].cpu()  # (a read to pageable memory)
+    step()  # (each signature's first call runs synchronously: the traced steps are asynchronous)
+    path = tmp_path / "trace.json"
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.MTIA],
+                 schedule=torch.profiler.schedule(wait=0, warmup=1, active=2, repeat=1),
+                 on_trace_ready=lambda p: p.export_chrome_trace(str(path))) as prof:
+        for _ in range(3):
+            step()
+            prof.step()
+    torch.mtia.set_device("mtia:0")
+    return json.loads(path.read_text()), prof
+
+
+def test_every_device_event_has_one_launch_on_the_launching_thread_and_a_flow(tmp_path):
+    # as a real MTIA's trace (../shared/reference/mtia-traces): a launch event
+    # (mtia_runtime, "runFunction - ...") on the host thread that submitted the
+    # work, with a correlation id of its own, a flow arrow from it to the
+    # device event, which carries the id, its stream and device, and the
+    # launching op's External id
+    trace, _ = step_trace(tmp_path)
+    events = trace["traceEvents"]
+    device = [e for e in events if e.get("cat") == "mtia_ccp_events"]
+    launches = [e for e in events if e.get("cat") == "mtia_runtime"]
+    assert device and launches
+    ref = json.load(gzip.open(REFERENCE))["traceEvents"]
+    ref_launch_names = {e["name"] for e in ref if e.get("cat") == "mtia_runtime"}
+    assert {e["name"] for e in launches} <= ref_launch_names, ({e["name"] for e in launches}, ref_launch_names)
+    by_correlation = {}
+    threads = {int(t) for t in os.listdir("/proc/self/task")}
+    for launch in launches:  # (the backward's launch from the autograd engine's device thread)
+        assert launch["pid"] == os.getpid() and launch["tid"] in threads, launch
+        by_correlation.setdefault(launch["args"]["correlation"], []).append(launch)
+    correlations = [e["args"]["correlation"] for e in device]
+    assert len(correlations) == len(set(correlations))  # no two pieces of work share an id
+    flows = {(e["ph"], e["id"]) for e in events if e.get("cat") == "ac2g"}
+    ops = {e["args"]["External id"]: e for e in events if e.get("cat") == "cpu_op" and "External id" in e.get("args", {})}
+    for e in device:
+        c = e["args"]["correlation"]
+        assert len(by_correlation.get(c, [])) == 1, e
+        launch = by_correlation[c][0]
+        assert ("s", c) in flows and ("f", c) in flows, e
+        assert launch["ts"] <= e["ts"], (launch, e)
+        assert e["args"]["device"] == 0 and e["args"]["stream"] == e["tid"], e
+        # the launching op: the launch lies inside it, on its thread (work
+        # submitted outside any op, as an event record from Python, has none)
+        if "External id" not in e["args"]:
+            assert "External id" not in launch["args"] and not e["name"].startswith("mtia:aten"), e
+            continue
+        op = ops[e["args"]["External id"]]
+        assert launch["args"]["External id"] == e["args"]["External id"]
+        assert op["tid"] == launch["tid"] and op["ts"] <= launch["ts"] <= op["ts"] + op["dur"] + 1, (op, launch)
+        if e["name"].startswith("mtia:aten::"):  # a kernel: its op's (or, for a copy's, the copy op's)
+            assert op["name"] == e["name"][len("mtia:"):] or op["name"] in ("aten::copy_", "aten::_to_copy"), (op, e)
+
+
+def test_streams_rows_and_names_are_a_real_mtias(tmp_path):
+    trace, _ = step_trace(tmp_path, "mtia:1")
+    events = trace["traceEvents"]
+    device = [e for e in events if e.get("cat") == "mtia_ccp_events"]
+    # no work on a stream numbered 0: the default stream is 1, the others 101 and up
+    streams = {e["tid"] for e in device}
+    assert 1 in streams and all(s == 1 or s > 100 for s in streams), streams
+    # the device's rows: its own index (here 1), named after it
+    assert {e["pid"] for e in device} == {1}
+    meta = {(e["name"], e["pid"], e.get("tid")): e["args"] for e in events if e.get("ph") == "M"}
+    assert meta[("process_name", 1, 0)]["name"] == "MTIA 1", meta
+    for s in streams:
+        assert meta[("thread_name", 1, s)]["name"] == f"Stream {s}"
+    # names by kind: copies by direction and pinned or not (memory), waits and
+    # event records (synchronization), kernels after their op
+    names = {e["name"] for e in device}
+    for copy in ("Memcpy HtoD (Pinned -> Device)", "Memcpy DtoD (Device -> Device)",
+                 "Memcpy DtoH (Device -> Pinned)", "Memcpy DtoH (Device -> Pageable)"):
+        assert copy in names, names
+    assert {"Stream Wait Event", "Event Record Sync", "mtia:aten::mm", "mtia:aten::_foreach_addcdiv_"} <= names, names
+    # HTA's patterns (its source, hta/common/types.py): memory "^dma|^Memcpy|^Memset";
+    # communication "^nccl|^hccl"; neither compute nor either: "^.*Sync", "^Stream Wait Event"
+    memory = re.compile(r"(^(hip)?Memcpy)|(^(hip)?Memset)|(^dma)")
+    not_compute = re.compile(r"(^nccl)|(^hccl)|(.*Memcpy)|(.*Memset)|(.*dma)|(^.*Sync)|(^Stream Wait Event)")
+    assert {n for n in names if memory.match(n)} == {n for n in names if n.startswith("Memcpy")}
+    assert {n for n in names if not not_compute.match(n)} == {n for n in names if n.startswith("mtia:")}
+
+
+def test_a_collectives_device_event_is_named_after_mtias_collective_library(tmp_path):
+    import torch.distributed as dist
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dist.init_process_group(init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    try:
+        t = torch.ones(64, device="mtia")
+        dist.all_reduce(t)
+        torch.mtia.synchronize()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.MTIA]) as prof:
+            dist.all_reduce(t)
+            torch.mtia.synchronize()
+        path = tmp_path / "trace.json"
+        prof.export_chrome_trace(str(path))
+    finally:
+        dist.destroy_process_group()
+    events = json.loads(path.read_text())["traceEvents"]
+    names = {e["name"] for e in events if e.get("cat") == "mtia_ccp_events"}
+    assert "hccl:all_reduce" in names, names
+    assert not any("c10d" in n for n in names), names

@@ -1,21 +1,32 @@
-// Device kernels in torch.profiler: a Kineto child profiler (IActivityProfiler,
-// the plugin interface whose headers ship in the wheel) for the MTIA activity
-// types. While a trace records, the runtime reports every task (its stream,
-// name, start and end) with the correlation id of the host op that launched
-// it; the trace gets them as MTIA_CCP_EVENTS activities, which torch counts
-// as mtia device time of that op, one row per (device, stream) in the chrome
-// trace, with a flow arrow from the op.
+// Device work in torch.profiler, in the shape of a real MTIA's trace: a
+// Kineto child profiler (IActivityProfiler, the plugin interface whose
+// headers ship in the wheel) for the MTIA activity types. While a trace
+// records, every submission to a stream (a task, a copy, an event record or
+// wait, a graph replay) gets a correlation id of its own, unique in the
+// process, and a launch event on the submitting thread (MTIA_RUNTIME,
+// "runFunction - job_prep_and_submit_for_execution", as a real MTIA
+// runtime's), spanning the submission; the driver reports the work when it
+// ran (MTIA_CCP_EVENTS) with that id, and the trace links the two with a flow
+// arrow. The device event's "External id" is the launching host op's, so
+// torch counts its time as that op's device time. Streams are numbered as a
+// real MTIA's (the default stream 1, the pool's 101 and up: no work on a
+// stream 0); each device's row is named from its own index.
 // Kineto's inline activity code formats with fmt, which torch's libraries do
 // not export: this file compiles it in.
 #define FMT_HEADER_ONLY
+#include <ThreadUtil.h>
 #include <libkineto.h>
 #include <output_base.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <chrono>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "openmtia/runtime.h"
@@ -31,7 +42,12 @@ using namespace libkineto;
 thread_local std::vector<uint64_t> tls_correlation;
 uint64_t currentCorrelation() { return tls_correlation.empty() ? 0 : tls_correlation.back(); }
 
-struct Record {
+int64_t nowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+struct Record {  // a piece of device work, as the driver reported it
   int device;
   int stream;
   std::string name;
@@ -39,12 +55,81 @@ struct Record {
   int64_t start_ns, end_ns;
 };
 
+struct Launch {  // a submission's launch event
+  uint64_t correlation;
+  uint64_t external;  // the launching host op's correlation (Kineto's), or 0
+  int32_t tid;
+  int64_t start_ns, end_ns;
+};
+
 std::mutex g_mu;
 std::vector<Record>* g_records = nullptr;  // the recording session's, or none
+std::vector<Launch>* g_launches = nullptr;
+std::vector<std::pair<uint64_t, int64_t>>* g_ends = nullptr;  // (correlation, end of its submission)
+// Correlation ids of device work: never reused in the process (a trace
+// exported per profiler step holds them unique too), and apart from the
+// host ops' (Kineto's own, counted from 1), which share the trace's
+// "correlation" namespace in torch's events: 2^30 up (a trace's ids are
+// 32-bit).
+constexpr uint64_t kFirstCorrelation = uint64_t{1} << 30;
+std::atomic<uint64_t> g_next_correlation{kFirstCorrelation};
+
+// The thread's submissions in progress (nested: a task run inline may
+// submit), each with its start and the correlation the tag hook gave it.
+struct Submission {
+  int64_t start_ns;
+  uint64_t correlation;
+};
+thread_local std::vector<Submission> t_submissions;
+
+void submitted(int begin) {
+  if (begin) {
+    t_submissions.push_back({nowNs(), 0});
+    return;
+  }
+  if (t_submissions.empty()) return;
+  const Submission s = t_submissions.back();
+  t_submissions.pop_back();
+  if (!s.correlation) return;
+  std::lock_guard<std::mutex> lk(g_mu);
+  if (g_ends) g_ends->emplace_back(s.correlation, nowNs());
+}
+
+// The tag hook: on the submitting thread, inside the submission.
+uint64_t tagSubmission() {
+  const uint64_t id = ++g_next_correlation;
+  const int64_t now = nowNs();
+  Launch l{id, currentCorrelation(), libkineto::systemThreadId(), now, now};
+  if (!t_submissions.empty()) {
+    l.start_ns = t_submissions.back().start_ns;
+    t_submissions.back().correlation = id;
+  }
+  std::lock_guard<std::mutex> lk(g_mu);
+  if (g_launches) g_launches->push_back(l);
+  return id;
+}
 
 void collect(const omr::TaskRecord& r) {
   std::lock_guard<std::mutex> lk(g_mu);
   if (g_records) g_records->push_back({r.device, r.stream, r.name, r.tag, r.start_ns, r.end_ns});
+}
+
+// A stream's number in traces, as a real MTIA numbers them: the default
+// stream 1, the others from 101.
+int64_t traceStream(int stream) { return stream == 0 ? 1 : 100 + stream; }
+
+// A piece of work's name in traces, in the names tools sort device work by:
+// copies (the driver names them "Memcpy HtoD (Pinned -> Device)" and so on:
+// memory), collectives ("hccl:", MTIA's collective library: communication),
+// waits and event records ("Stream Wait Event", "... Sync": synchronization);
+// a kernel is its host op's name after "mtia:", so that tables list an op
+// and its kernel apart.
+std::string traceName(const std::string& name) {
+  if (name.rfind("Memcpy", 0) == 0 || name.rfind("Memset", 0) == 0) return name;
+  if (name.rfind("c10d:", 0) == 0) return "hccl:" + name.substr(5);
+  if (name == "stream_wait_event" || name == "c10d_wait") return "Stream Wait Event";
+  if (name == "event_record") return "Event Record Sync";
+  return "mtia:" + name;
 }
 
 class Session final : public IActivityProfilerSession {
@@ -55,9 +140,14 @@ class Session final : public IActivityProfilerSession {
     {
       std::lock_guard<std::mutex> lk(g_mu);
       records_.clear();
+      launches_.clear();
+      ends_.clear();
       g_records = &records_;
+      g_launches = &launches_;
+      g_ends = &ends_;
     }
-    openmtia::setTracing(&currentCorrelation, &collect);  // (runtime/tracing.h: tasks and host work)
+    // (runtime/tracing.h: tasks and host work)
+    openmtia::setTracing(&tagSubmission, &collect, &submitted);
     status_ = TraceStatus::RECORDING;
   }
 
@@ -77,40 +167,75 @@ class Session final : public IActivityProfilerSession {
   void processTrace(ActivityLogger& logger, getLinkedActivityCallback linked, int64_t start, int64_t end) override {
     buffer_ = std::make_unique<CpuTraceBuffer>();
     buffer_->span = TraceSpan(start, end, "openmtia");
+    std::unordered_map<uint64_t, int64_t> ends(ends_.begin(), ends_.end());
+    std::unordered_map<uint64_t, const Launch*> launched;
+    for (const Launch& l : launches_) launched.emplace(l.correlation, &l);
+    const int32_t pid = static_cast<int32_t>(getpid());
+    // The launching host op's External id, if there was one (without a
+    // linked activity, Kineto would print the event's own id as its
+    // External id): work submitted outside any op (an event record from
+    // Python) has none.
+    auto linkTo = [&](GenericTraceActivity& act, uint64_t external) {
+      if (external && linked) act.linked = linked(static_cast<int32_t>(external));
+    };
+    auto correlate = [&](GenericTraceActivity& act, uint64_t correlation, uint64_t external) {
+      linkTo(act, external);
+      act.id = act.linked ? static_cast<int32_t>(correlation) : 0;
+      act.addMetadata("correlation", correlation);
+      act.flow.id = static_cast<uint32_t>(correlation);
+      act.flow.type = kLinkAsyncCpuGpu;
+    };
+    // the launches of the work that ran (a launch whose work never ran, as
+    // one captured into a graph, has no device event to point to)
+    std::set<uint64_t> ran;
+    for (const Record& r : records_)
+      if (r.correlation) ran.insert(r.correlation);
+    for (const Launch& l : launches_) {
+      if (!ran.count(l.correlation)) continue;
+      auto act = std::make_unique<GenericTraceActivity>(buffer_->span, ActivityType::MTIA_RUNTIME,
+                                                        "runFunction - job_prep_and_submit_for_execution");
+      act->startTime = l.start_ns;
+      auto e = ends.find(l.correlation);
+      act->endTime = e != ends.end() && e->second >= l.start_ns ? e->second : l.start_ns;
+      act->device = pid;
+      act->resource = l.tid;
+      act->threadId = l.tid;
+      correlate(*act, l.correlation, l.external);
+      act->flow.start = true;
+      buffer_->activities.push_back(std::move(act));
+    }
     for (const Record& r : records_) {
-      // "mtia:aten::mm": the kernel of the host op aten::mm (a distinct name,
-      // as a CUDA kernel's, so that tables list the op and its kernel apart)
       auto act = std::make_unique<GenericTraceActivity>(buffer_->span, ActivityType::MTIA_CCP_EVENTS,
-                                                        "mtia:" + r.name);
+                                                        traceName(r.name));
+      const int64_t stream = traceStream(r.stream);
       act->startTime = r.start_ns;
       act->endTime = r.end_ns;
-      act->id = static_cast<int32_t>(++next_id_);
       act->device = r.device;
-      act->resource = r.stream;
+      act->resource = stream;
       act->addMetadata("device", r.device);
-      act->addMetadata("stream", r.stream);
-      if (r.correlation) {
-        act->addMetadata("correlation", r.correlation);
-        act->flow.id = static_cast<uint32_t>(r.correlation);
-        act->flow.type = kLinkAsyncCpuGpu;
+      act->addMetadata("stream", stream);
+      auto l = r.correlation ? launched.find(r.correlation) : launched.end();
+      if (l != launched.end()) {
+        correlate(*act, r.correlation, l->second->external);
         act->flow.start = false;
-        if (linked) act->linked = linked(static_cast<int32_t>(r.correlation));
       }
-      streams_.insert({r.device, r.stream});
+      streams_.insert({r.device, stream});
       buffer_->activities.push_back(std::move(act));
     }
     for (const auto& a : buffer_->activities) logger.handleGenericActivity(*a);
   }
 
   std::unique_ptr<DeviceInfo> getDeviceInfo() override {
-    return std::make_unique<DeviceInfo>(DeviceInfo{0, 1000, "mtia:0 (openmtia)", "mtia"});
+    // (one row a session: its work's device, the first if there were
+    // several; Kineto takes one device a child profiler)
+    const int device = streams_.empty() ? 0 : streams_.begin()->first;
+    return std::make_unique<DeviceInfo>(DeviceInfo{device, 1000 + device, "MTIA " + std::to_string(device), "mtia"});
   }
 
   std::vector<ResourceInfo> getResourceInfos() override {
     std::vector<ResourceInfo> out;
     for (const auto& [device, stream] : streams_)
-      out.push_back(ResourceInfo{stream, stream, device, "mtia:" + std::to_string(device) + " stream " +
-                                                             std::to_string(stream)});
+      out.push_back(ResourceInfo{stream, stream, device, "Stream " + std::to_string(stream)});
     return out;
   }
 
@@ -123,15 +248,18 @@ class Session final : public IActivityProfilerSession {
 
  private:
   void detach() {
-    openmtia::setTracing(nullptr, nullptr);
+    openmtia::setTracing(nullptr, nullptr, nullptr);
     std::lock_guard<std::mutex> lk(g_mu);
     if (g_records == &records_) g_records = nullptr;
+    if (g_launches == &launches_) g_launches = nullptr;
+    if (g_ends == &ends_) g_ends = nullptr;
   }
 
   std::vector<Record> records_;
+  std::vector<Launch> launches_;
+  std::vector<std::pair<uint64_t, int64_t>> ends_;
   std::unique_ptr<CpuTraceBuffer> buffer_;
-  std::set<std::pair<int, int>> streams_;
-  int64_t next_id_ = 0;
+  std::set<std::pair<int, int64_t>> streams_;
 };
 
 class MtiaActivityProfiler final : public IActivityProfiler {

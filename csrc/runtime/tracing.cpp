@@ -19,10 +19,10 @@ int64_t nowNs() {
 
 }  // namespace
 
-void setTracing(omr::TagHook tag, omr::TraceSink sink) {
+void setTracing(omr::TagHook tag, omr::TraceSink sink, omr::SubmitHook submitted) {
   g_tag.store(tag);
   g_sink.store(sink);
-  omr::setTracing(tag, sink);
+  omr::setTracing(tag, sink, submitted);
 }
 
 HostWorkTrace::HostWorkTrace(c10::DeviceIndex device, const char* name)

@@ -13,9 +13,9 @@
 
 namespace openmtia {
 
-// Sets (or, with nullptrs, clears) the trace sink and tag hook: the driver's
-// and hostWork's.
-void setTracing(omr::TagHook tag, omr::TraceSink sink);
+// Sets (or, with nullptrs, clears) the trace sink, the tag hook and the
+// submission hook: the runtime's (omr::setTracing) and HostWorkTrace's.
+void setTracing(omr::TagHook tag, omr::TraceSink sink, omr::SubmitHook submitted);
 
 // Reports its scope, while a trace records, as a task `name` of the current
 // stream of `device` (its tag: the tag hook's on this thread).

@@ -263,6 +263,22 @@ OmtiaStream handle(int device, StreamId id) {
   return s;
 }
 
+std::atomic<SubmitHook> g_submitted{nullptr};
+
+// Around a submission to a stream, accepted or not (a profiler's launch
+// event spans it; setTracing).
+struct SubmitScope {
+  SubmitHook hook = g_submitted.load(std::memory_order_relaxed);
+  SubmitScope() {
+    if (hook) hook(1);
+  }
+  ~SubmitScope() {
+    if (hook) hook(0);
+  }
+  SubmitScope(const SubmitScope&) = delete;
+  SubmitScope& operator=(const SubmitScope&) = delete;
+};
+
 // Tracing: the driver's activity records as TaskRecords.
 std::atomic<TraceSink> g_sink{nullptr};
 void activity(const OmtiaActivityRecord* r, void*) {
@@ -429,6 +445,7 @@ void launch(int device, StreamId stream, const char* name, HostTask task) {
     if (task.destroy) task.destroy(task.user);
     throw;
   }
+  SubmitScope submit;
   OmtiaLaunchArgs a{};
   a.struct_size = sizeof a;
   a.fn = task.fn;
@@ -497,7 +514,8 @@ void stopWorkers() {
   if (d.table) d.table->shutdown();
 }
 
-void setTracing(TagHook tag, TraceSink sink) {
+void setTracing(TagHook tag, TraceSink sink, SubmitHook submitted) {
+  g_submitted.store(sink ? submitted : nullptr);
   g_sink.store(sink);
   check(T().set_activity_callback(sink ? tag : nullptr, sink ? &activity : nullptr, nullptr));
 }
@@ -545,6 +563,7 @@ std::vector<std::string> graphTaskNames(const Graph* graph) {
 
 void graphLaunch(Graph* graph, int device, StreamId stream) {
   detail::countLaunch();
+  SubmitScope submit;
   check(T().graph_launch(graph->handle, handle(device, stream)));
 }
 
@@ -565,10 +584,12 @@ void eventDestroy(Event* event) {
 }
 
 void eventRecord(Event* event, int device, StreamId stream) {
+  SubmitScope submit;
   check(T().event_record(event->handle, handle(device, stream)));
 }
 
 void streamWaitEvent(int device, StreamId stream, Event* event) {
+  SubmitScope submit;
   check(T().stream_wait_event(handle(device, stream), event->handle));
 }
 
@@ -615,6 +636,7 @@ void memcpy(void* dst, const void* src, size_t bytes, CopyKind kind) {
 }
 
 void memcpyAsync(void* dst, const void* src, size_t bytes, CopyKind kind, int device, StreamId stream) {
+  SubmitScope submit;
   check(T().memcpy_async(dst, src, bytes, kindOf(kind), handle(device, stream)));
 }
 

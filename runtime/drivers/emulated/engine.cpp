@@ -1006,7 +1006,7 @@ void eventRecord(Event* event, int device, StreamId stream) {
       st->time = now;
     }
     st->cv.notify_all();
-  }), Runtime::get().queue_depth);
+  }), Runtime::get().queue_depth, tagNow());
   std::lock_guard<std::mutex> lk(st->mu);
   if (st->version == version) st->record_seq = seq;
 }
@@ -1108,7 +1108,12 @@ void memcpy(void* dst, const void* src, size_t bytes, CopyKind kind) {
 void memcpyAsync(void* dst, const void* src, size_t bytes, CopyKind kind, int device, StreamId stream) {
   checkCopy(dst, src, bytes, kind);
   if (bytes == 0) return;
-  launch(device, stream, "memcpy", [dst, src, bytes] { std::memcpy(dst, src, bytes); });
+  // named as profilers name copies: by direction, and whether the host side is pinned
+  const char* name = kind == CopyKind::kDeviceToDevice ? "Memcpy DtoD (Device -> Device)"
+                     : kind == CopyKind::kHostToDevice
+                         ? (isPinned(src) ? "Memcpy HtoD (Pinned -> Device)" : "Memcpy HtoD (Pageable -> Device)")
+                         : (isPinned(dst) ? "Memcpy DtoH (Device -> Pinned)" : "Memcpy DtoH (Device -> Pageable)");
+  launch(device, stream, name, [dst, src, bytes] { std::memcpy(dst, src, bytes); });
 }
 
 struct Graph {

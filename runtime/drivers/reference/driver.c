@@ -484,6 +484,23 @@ static OmtiaStatus raiseStreamError(OmtiaStream s) {
   return OMTIA_ERROR_TASK_FAILED;
 }
 
+/* An activity record of a marker (an event record or wait): work of no
+ * duration here, where the stream's work before it has run already. */
+static void reportMarker(OmtiaStream s, const char* name) {
+  OmtiaActivityCallback activity = g_activity;
+  OmtiaCorrelationHook correlation = g_correlation;
+  OmtiaActivityRecord r;
+  if (!activity) return;
+  r.struct_size = sizeof r;
+  r.device = s->device;
+  r.stream_label = s->label;
+  r.name = name;
+  r.correlation = correlation ? correlation() : 0;
+  r.start_ns = unixNowNs();
+  r.end_ns = r.start_ns;
+  activity(&r, g_activity_user);
+}
+
 /* Runs one piece of work now, on the calling thread (this driver's "device"). */
 static void runWork(OmtiaStream s, const char* name, OmtiaHostFn fn, void* user, uint64_t correlation) {
   OmtiaActivityCallback activity = g_activity;
@@ -552,6 +569,26 @@ static const char* runCopy(void* user) {
   return NULL;
 }
 
+/* Whether p lies in pinned host memory. */
+static int isPinnedHost(const void* p) {
+  Allocation* al;
+  int pinned;
+  pthread_mutex_lock(&g_mu);
+  al = findAllocation(p, 0);
+  pinned = al && al->device < 0;
+  pthread_mutex_unlock(&g_mu);
+  return pinned;
+}
+
+/* A copy's name, as profilers name copies: by direction, and whether the
+ * host side is pinned. */
+static const char* copyName(OmtiaCopyKind kind, void* dst, const void* src) {
+  if (kind == OMTIA_COPY_DEVICE_TO_DEVICE) return "Memcpy DtoD (Device -> Device)";
+  if (kind == OMTIA_COPY_HOST_TO_DEVICE)
+    return isPinnedHost(src) ? "Memcpy HtoD (Pinned -> Device)" : "Memcpy HtoD (Pageable -> Device)";
+  return isPinnedHost(dst) ? "Memcpy DtoH (Device -> Pinned)" : "Memcpy DtoH (Device -> Pageable)";
+}
+
 /* A copy is work like any other (so a graph can record it). */
 static OmtiaStatus memcpyAsync(void* dst, const void* src, size_t bytes, OmtiaCopyKind kind, OmtiaStream s) {
   OmtiaLaunchArgs a;
@@ -570,7 +607,7 @@ static OmtiaStatus memcpyAsync(void* dst, const void* src, size_t bytes, OmtiaCo
   a.fn = runCopy;
   a.user = c;
   a.destroy = free;
-  a.name = "memcpy";
+  a.name = copyName(kind, dst, src);
   a.flags = 0;
   st = launchHostFunc(s, &a);
   if (st != OMTIA_SUCCESS) free(c); /* (not launched: still ours) */
@@ -599,6 +636,7 @@ static OmtiaStatus streamSynchronize(OmtiaStream s) {
 
 static OmtiaStatus streamWaitEvent(OmtiaStream s, OmtiaEvent e) {
   if (!s || !e) return fail(OMTIA_ERROR_INVALID_VALUE, "stream or event is null");
+  if (e->recorded && !s->capture) reportMarker(s, "stream_wait_event");
   return ok(); /* the event's work has run: nothing to wait for */
 }
 
@@ -677,6 +715,7 @@ static OmtiaStatus eventRecord(OmtiaEvent e, OmtiaStream s) {
   e->recorded = 1;
   clock_gettime(CLOCK_MONOTONIC, &e->time); /* the work before it has run: reached now */
   pthread_mutex_unlock(&g_mu);
+  reportMarker(s, "event_record");
   return ok();
 }
 

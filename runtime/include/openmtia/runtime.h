@@ -300,7 +300,12 @@ struct TaskRecord {
 };
 using TagHook = uint64_t (*)();
 using TraceSink = void (*)(const TaskRecord& record);  // called on the worker thread
-void setTracing(TagHook tag, TraceSink sink);
+// Called on the submitting thread around each submission (a launch, a graph
+// launch, an event record or wait, an asynchronous copy): with 1 before it,
+// 0 once it was accepted or refused. The tag hook, if the driver calls it,
+// runs in between: a profiler's launch event spans the two.
+using SubmitHook = void (*)(int begin);
+void setTracing(TagHook tag, TraceSink sink, SubmitHook submitted = nullptr);
 
 // ---------------------------------------------------------------- graphs
 // While a stream is captured, tasks launched on it are recorded into a graph

@@ -52,6 +52,15 @@ fi
   "$VPY" -m pip install -q fbgemm-gpu-cpu==1.8.0 torchmetrics==1.0.3 tensordict==0.15.3 pyre-extensions==0.0.32
   "$VPY" -m pip install -q --no-deps torchrec==1.8.0
 }
+# Holistic Trace Analysis (reads torch.profiler traces, real MTIA's too:
+# docs/profiling.md), pinned, --no-deps: it requires jupyterlab and pytest
+# but imports neither; what it imports is pinned here (pandas 2: its
+# critical path fails under pandas 3). `pip install --dry-run` shows they
+# need no torch.
+"$VPY" -c "import importlib.metadata as m, sys; sys.exit(any(m.version(p) != v for p, v in [('holistictraceanalysis', '0.5.0'), ('pandas', '2.3.3'), ('plotly', '7.1.0'), ('narwhals', '2.29.0'), ('psutil', '7.2.2')]))" 2>/dev/null || {
+  "$VPY" -m pip install -q pandas==2.3.3 plotly==7.1.0 narwhals==2.29.0 psutil==7.2.2
+  "$VPY" -m pip install -q --no-deps holistictraceanalysis==0.5.0
+}
 # --no-build-isolation: build against the torch above, never fetch another one
 "$VPY" -m pip install -q --no-build-isolation -e .
 "$VPY" -c "import torch; assert torch.__version__.startswith('2.13.0'), torch.__version__"

@@ -7,6 +7,7 @@ import os
 import re
 import socket
 
+import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile
 
@@ -200,3 +201,17 @@ def test_a_collectives_device_event_is_named_after_mtias_collective_library(tmp_
     names = {e["name"] for e in events if e.get("cat") == "mtia_ccp_events"}
     assert "hccl:all_reduce" in names, names
     assert not any("c10d" in n for n in names), names
+
+
+def test_key_averages_device_time_equals_the_traces_device_events(tmp_path):
+    # torch's table and the trace tell one story: each kernel's device time in
+    # key_averages() is the sum of its device events' durations in the trace
+    trace, prof = step_trace(tmp_path)
+    sums = {}
+    for e in trace["traceEvents"]:
+        if e.get("cat") == "mtia_ccp_events":
+            sums[e["name"]] = sums.get(e["name"], 0.0) + e["dur"]
+    table = {r.key: r.self_device_time_total for r in prof.key_averages() if r.self_device_time_total > 0}
+    assert set(table) == set(sums), (set(table) ^ set(sums))
+    for name, total in sums.items():
+        assert table[name] == pytest.approx(total, abs=0.01 * len(sums) + 1), name

@@ -211,7 +211,27 @@ def test_key_averages_device_time_equals_the_traces_device_events(tmp_path):
     for e in trace["traceEvents"]:
         if e.get("cat") == "mtia_ccp_events":
             sums[e["name"]] = sums.get(e["name"], 0.0) + e["dur"]
+    sums = {name: total for name, total in sums.items() if total > 0}  # (a marker of no duration has no row)
     table = {r.key: r.self_device_time_total for r in prof.key_averages() if r.self_device_time_total > 0}
     assert set(table) == set(sums), (set(table) ^ set(sums))
     for name, total in sums.items():
         assert table[name] == pytest.approx(total, abs=0.01 * len(sums) + 1), name
+
+
+@pytest.mark.parametrize("read", ["item", "cpu"])
+def test_a_synchronous_read_is_a_copy_of_the_default_stream_with_its_launch(tmp_path, read):
+    # .item() copies synchronously (the driver's memcpy, after a wait): as a
+    # GPU's synchronous copy, a device event of the default stream
+    t = torch.arange(6.0, device="mtia")
+    getattr(t.sum(), read)()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.MTIA]) as prof:
+        getattr(t.sum(), read)()
+    path = tmp_path / "trace.json"
+    prof.export_chrome_trace(str(path))
+    events = json.loads(path.read_text())["traceEvents"]
+    copies = [e for e in events if e.get("cat") == "mtia_ccp_events" and e["name"].startswith("Memcpy DtoH")]
+    assert [c["name"] for c in copies] == ["Memcpy DtoH (Device -> Pageable)"], copies
+    assert copies[0]["tid"] == 1
+    launches = [e for e in events if e.get("cat") == "mtia_runtime"
+                and e["args"]["correlation"] == copies[0]["args"]["correlation"]]
+    assert len(launches) == 1

@@ -2,6 +2,7 @@
 #include "openmtia/runtime.h"
 #include "runtime/device.h"
 #include "runtime/device_access.h"
+#include "runtime/tracing.h"
 #include "runtime/device_allocator.h"
 #include "runtime/errors.h"
 #include "runtime/host_views.h"
@@ -28,7 +29,11 @@ bool hostAddressable(c10::DeviceIndex device) {
 }
 
 c10::Scalar readScalar(const at::Tensor& self) {
-  if (hostAddressable(self.device().index())) return at::_local_scalar_dense(hostView(self));
+  if (hostAddressable(self.device().index())) {
+    // the host reads the element itself: in traces, the copy a device makes
+    HostWorkTrace trace(self.device().index(), "Memcpy DtoH (Device -> Pageable)");
+    return at::_local_scalar_dense(hostView(self));
+  }
   // one element, copied by the driver
   at::Tensor host = at::empty({}, self.options().device(c10::kCPU));
   host._set_conj(self.is_conj());

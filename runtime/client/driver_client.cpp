@@ -631,6 +631,7 @@ OmtiaCopyKind kindOf(CopyKind kind) {
 }  // namespace
 
 void memcpy(void* dst, const void* src, size_t bytes, CopyKind kind) {
+  SubmitScope submit;
   detail::HostWaitScope waiting;
   check(T().memcpy(dst, src, bytes, kindOf(kind)));
 }

@@ -1095,25 +1095,43 @@ void checkCopy(void* dst, const void* src, size_t bytes, CopyKind kind) {
 }
 }  // namespace
 
+namespace {
+// A copy's name, as profilers name copies: by direction, and whether the
+// host side is pinned.
+const char* copyName(void* dst, const void* src, CopyKind kind) {
+  if (kind == CopyKind::kDeviceToDevice) return "Memcpy DtoD (Device -> Device)";
+  if (kind == CopyKind::kHostToDevice)
+    return isPinned(src) ? "Memcpy HtoD (Pinned -> Device)" : "Memcpy HtoD (Pageable -> Device)";
+  return isPinned(dst) ? "Memcpy DtoH (Device -> Pinned)" : "Memcpy DtoH (Device -> Pageable)";
+}
+}  // namespace
+
 void memcpy(void* dst, const void* src, size_t bytes, CopyKind kind) {
   checkNotForked();
   checkCopy(dst, src, bytes, kind);
   if (!bytes) return;
-  if (!strict::enabled()) return (void)std::memcpy(dst, src, bytes);
-  strict::markHostThread();
-  strict::DeviceWork device_work(-1);  // the device's copy engine, on the calling thread
-  std::memcpy(dst, src, bytes);
+  // traced as work of the device's default stream (as a synchronous copy is
+  // on a GPU's), which the caller waited for
+  TraceSink sink = g_trace_sink.load(std::memory_order_relaxed);
+  const uint64_t tag = sink ? tagNow() : 0;
+  const int64_t start_ns = sink ? unixNowNs() : 0;
+  if (!strict::enabled()) {
+    std::memcpy(dst, src, bytes);
+  } else {
+    strict::markHostThread();
+    strict::DeviceWork device_work(-1);  // the device's copy engine, on the calling thread
+    std::memcpy(dst, src, bytes);
+  }
+  if (sink) {
+    const int device = pointerDevice(kind == CopyKind::kHostToDevice ? dst : src);
+    sink(TaskRecord{device < 0 ? 0 : device, 0, copyName(dst, src, kind), tag, start_ns, unixNowNs()});
+  }
 }
 
 void memcpyAsync(void* dst, const void* src, size_t bytes, CopyKind kind, int device, StreamId stream) {
   checkCopy(dst, src, bytes, kind);
   if (bytes == 0) return;
-  // named as profilers name copies: by direction, and whether the host side is pinned
-  const char* name = kind == CopyKind::kDeviceToDevice ? "Memcpy DtoD (Device -> Device)"
-                     : kind == CopyKind::kHostToDevice
-                         ? (isPinned(src) ? "Memcpy HtoD (Pinned -> Device)" : "Memcpy HtoD (Pageable -> Device)")
-                         : (isPinned(dst) ? "Memcpy DtoH (Device -> Pinned)" : "Memcpy DtoH (Device -> Pageable)");
-  launch(device, stream, name, [dst, src, bytes] { std::memcpy(dst, src, bytes); });
+  launch(device, stream, copyName(dst, src, kind), [dst, src, bytes] { std::memcpy(dst, src, bytes); });
 }
 
 struct Graph {

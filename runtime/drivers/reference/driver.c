@@ -398,10 +398,32 @@ static OmtiaStatus checkCopy(void* dst, const void* src, size_t bytes, OmtiaCopy
   return OMTIA_SUCCESS;
 }
 
+static const char* copyName(OmtiaCopyKind kind, void* dst, const void* src);
+
+/* Traced as work of the device's default stream (label 0), as a synchronous
+ * copy is on a GPU's. */
 static OmtiaStatus memcpySync(void* dst, const void* src, size_t bytes, OmtiaCopyKind kind) {
+  OmtiaActivityCallback activity = g_activity;
+  OmtiaCorrelationHook correlation = g_correlation;
+  OmtiaActivityRecord r;
+  Allocation* al;
   FORK_CHECK();
   if (checkCopy(dst, src, bytes, kind)) return t_error.code;
-  if (bytes) memcpy(dst, src, bytes);
+  if (!bytes) return ok();
+  r.start_ns = activity ? unixNowNs() : 0;
+  r.correlation = activity && correlation ? correlation() : 0;
+  memcpy(dst, src, bytes);
+  if (activity) {
+    pthread_mutex_lock(&g_mu);
+    al = findAllocation(kind == OMTIA_COPY_HOST_TO_DEVICE ? dst : src, 0);
+    r.device = al && al->device >= 0 ? al->device : 0;
+    pthread_mutex_unlock(&g_mu);
+    r.struct_size = sizeof r;
+    r.stream_label = 0;
+    r.name = copyName(kind, dst, src);
+    r.end_ns = unixNowNs();
+    activity(&r, g_activity_user);
+  }
   return ok();
 }
 

@@ -69,6 +69,11 @@ def test_memory_events_with_profile_memory(tmp_path):
     assert mtia[0]["Total Allocated"] >= 4 << 20 and mtia[0]["Total Reserved"] >= mtia[0]["Total Allocated"]
 
 
+# A real MTIA runtime's kernel launch event (the reference traces in the
+# workplace's ../shared/reference/mtia-traces/, from HTA's test data; HTA
+# recognises launches by "^runFunction"). Where the reference is at hand
+# (beside the repository), the test also reads the name from it.
+LAUNCH_NAME = "runFunction - job_prep_and_submit_for_execution"
 REFERENCE = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "reference", "mtia-traces",
                          "mtia_training_rank_0.json.gz")
 
@@ -121,9 +126,10 @@ def test_every_device_event_has_one_launch_on_the_launching_thread_and_a_flow(tm
     device = [e for e in events if e.get("cat") == "mtia_ccp_events"]
     launches = [e for e in events if e.get("cat") == "mtia_runtime"]
     assert device and launches
-    ref = json.load(gzip.open(REFERENCE))["traceEvents"]
-    ref_launch_names = {e["name"] for e in ref if e.get("cat") == "mtia_runtime"}
-    assert {e["name"] for e in launches} <= ref_launch_names, ({e["name"] for e in launches}, ref_launch_names)
+    assert {e["name"] for e in launches} == {LAUNCH_NAME}
+    if os.path.exists(REFERENCE):
+        ref = json.load(gzip.open(REFERENCE))["traceEvents"]
+        assert LAUNCH_NAME in {e["name"] for e in ref if e.get("cat") == "mtia_runtime"}
     by_correlation = {}
     threads = {int(t) for t in os.listdir("/proc/self/task")}
     for launch in launches:  # (the backward's launch from the autograd engine's device thread)

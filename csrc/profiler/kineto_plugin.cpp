@@ -21,7 +21,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -175,11 +174,8 @@ class Session final : public IActivityProfilerSession {
     // linked activity, Kineto would print the event's own id as its
     // External id): work submitted outside any op (an event record from
     // Python) has none.
-    auto linkTo = [&](GenericTraceActivity& act, uint64_t external) {
-      if (external && linked) act.linked = linked(static_cast<int32_t>(external));
-    };
     auto correlate = [&](GenericTraceActivity& act, uint64_t correlation, uint64_t external) {
-      linkTo(act, external);
+      if (external && linked) act.linked = linked(static_cast<int32_t>(external));
       act.id = act.linked ? static_cast<int32_t>(correlation) : 0;
       act.addMetadata("correlation", correlation);
       act.flow.id = static_cast<uint32_t>(correlation);

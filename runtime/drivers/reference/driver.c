@@ -400,29 +400,44 @@ static OmtiaStatus checkCopy(void* dst, const void* src, size_t bytes, OmtiaCopy
 
 static const char* copyName(OmtiaCopyKind kind, void* dst, const void* src);
 
+/* Reports a piece of work to `activity` (the callback loaded once by the
+ * caller: it may be cleared meanwhile). */
+static void reportActivity(OmtiaActivityCallback activity, int device, int64_t label, const char* name,
+                           uint64_t correlation, int64_t start_ns, int64_t end_ns) {
+  OmtiaActivityRecord r;
+  r.struct_size = sizeof r;
+  r.device = device;
+  r.stream_label = label;
+  r.name = name;
+  r.correlation = correlation;
+  r.start_ns = start_ns;
+  r.end_ns = end_ns;
+  activity(&r, g_activity_user);
+}
+
 /* Traced as work of the device's default stream (label 0), as a synchronous
  * copy is on a GPU's. */
 static OmtiaStatus memcpySync(void* dst, const void* src, size_t bytes, OmtiaCopyKind kind) {
   OmtiaActivityCallback activity = g_activity;
   OmtiaCorrelationHook correlation = g_correlation;
-  OmtiaActivityRecord r;
+  int64_t start = 0;
+  uint64_t tag = 0;
   Allocation* al;
+  int device;
   FORK_CHECK();
   if (checkCopy(dst, src, bytes, kind)) return t_error.code;
   if (!bytes) return ok();
-  r.start_ns = activity ? unixNowNs() : 0;
-  r.correlation = activity && correlation ? correlation() : 0;
+  if (activity) {
+    start = unixNowNs();
+    tag = correlation ? correlation() : 0;
+  }
   memcpy(dst, src, bytes);
   if (activity) {
     pthread_mutex_lock(&g_mu);
     al = findAllocation(kind == OMTIA_COPY_HOST_TO_DEVICE ? dst : src, 0);
-    r.device = al && al->device >= 0 ? al->device : 0;
+    device = al && al->device >= 0 ? al->device : 0;
     pthread_mutex_unlock(&g_mu);
-    r.struct_size = sizeof r;
-    r.stream_label = 0;
-    r.name = copyName(kind, dst, src);
-    r.end_ns = unixNowNs();
-    activity(&r, g_activity_user);
+    reportActivity(activity, device, 0, copyName(kind, dst, src), tag, start, unixNowNs());
   }
   return ok();
 }
@@ -511,16 +526,10 @@ static OmtiaStatus raiseStreamError(OmtiaStream s) {
 static void reportMarker(OmtiaStream s, const char* name) {
   OmtiaActivityCallback activity = g_activity;
   OmtiaCorrelationHook correlation = g_correlation;
-  OmtiaActivityRecord r;
+  int64_t now;
   if (!activity) return;
-  r.struct_size = sizeof r;
-  r.device = s->device;
-  r.stream_label = s->label;
-  r.name = name;
-  r.correlation = correlation ? correlation() : 0;
-  r.start_ns = unixNowNs();
-  r.end_ns = r.start_ns;
-  activity(&r, g_activity_user);
+  now = unixNowNs();
+  reportActivity(activity, s->device, s->label, name, correlation ? correlation() : 0, now, now);
 }
 
 /* Runs one piece of work now, on the calling thread (this driver's "device"). */
@@ -533,17 +542,7 @@ static void runWork(OmtiaStream s, const char* name, OmtiaHostFn fn, void* user,
   err = fn(user);
   if (host_work) host_work(0);
   if (err) setStreamError(s, name, err);
-  if (activity) {
-    OmtiaActivityRecord r;
-    r.struct_size = sizeof r;
-    r.device = s->device;
-    r.stream_label = s->label;
-    r.name = name;
-    r.correlation = correlation;
-    r.start_ns = start;
-    r.end_ns = unixNowNs();
-    activity(&r, g_activity_user);
-  }
+  if (activity) reportActivity(activity, s->device, s->label, name, correlation, start, unixNowNs());
 }
 
 static OmtiaStatus appendWork(OmtiaGraph g, const OmtiaLaunchArgs* a) {

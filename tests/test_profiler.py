@@ -177,13 +177,17 @@ def test_streams_rows_and_names_are_a_real_mtias(tmp_path):
     for copy in ("Memcpy HtoD (Pinned -> Device)", "Memcpy DtoD (Device -> Device)",
                  "Memcpy DtoH (Device -> Pinned)", "Memcpy DtoH (Device -> Pageable)"):
         assert copy in names, names
-    assert {"Stream Wait Event", "Event Record Sync", "mtia:aten::mm", "mtia:aten::_foreach_addcdiv_"} <= names, names
+    assert {"Stream Wait Event Sync", "Event Record Sync", "mtia:aten::mm", "mtia:aten::_foreach_addcdiv_"} <= names, names
     # HTA's patterns (its source, hta/common/types.py): memory "^dma|^Memcpy|^Memset";
     # communication "^nccl|^hccl"; neither compute nor either: "^.*Sync", "^Stream Wait Event"
     memory = re.compile(r"(^(hip)?Memcpy)|(^(hip)?Memset)|(^dma)")
     not_compute = re.compile(r"(^nccl)|(^hccl)|(.*Memcpy)|(.*Memset)|(.*dma)|(^.*Sync)|(^Stream Wait Event)")
     assert {n for n in names if memory.match(n)} == {n for n in names if n.startswith("Memcpy")}
     assert {n for n in names if not not_compute.match(n)} == {n for n in names if n.startswith("mtia:")}
+    # and the installed HTA's (0.5.0: no "^Stream Wait Event" yet) computation pattern
+    from hta.common.types import ComputeKernelGroupingPattern as hta_compute
+    assert hta_compute.inverse_match  # its pattern names what is not computation
+    assert {n for n in names if not hta_compute.pattern.match(n)} == {n for n in names if n.startswith("mtia:")}
 
 
 def test_a_collectives_device_event_is_named_after_mtias_collective_library(tmp_path):

@@ -120,13 +120,16 @@ int64_t traceStream(int stream) { return stream == 0 ? 1 : 100 + stream; }
 // A piece of work's name in traces, in the names tools sort device work by:
 // copies (the driver names them "Memcpy HtoD (Pinned -> Device)" and so on:
 // memory), collectives ("hccl:", MTIA's collective library: communication),
-// waits and event records ("Stream Wait Event", "... Sync": synchronization);
+// waits and event records ("Stream Wait Event Sync", "Event Record Sync":
+// synchronization, by HTA 0.5.0's "^.*Sync" and its source's "^Stream Wait
+// Event"; not CUDA's exact "Stream Wait Event", which HTA takes for a
+// cuda_sync record and keeps in a critical path's window without its launch);
 // a kernel is its host op's name after "mtia:", so that tables list an op
 // and its kernel apart.
 std::string traceName(const std::string& name) {
   if (name.rfind("Memcpy", 0) == 0 || name.rfind("Memset", 0) == 0) return name;
   if (name.rfind("c10d:", 0) == 0) return "hccl:" + name.substr(5);
-  if (name == "stream_wait_event" || name == "c10d_wait") return "Stream Wait Event";
+  if (name == "stream_wait_event" || name == "c10d_wait") return "Stream Wait Event Sync";
   if (name == "event_record") return "Event Record Sync";
   return "mtia:" + name;
 }

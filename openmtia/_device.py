@@ -81,6 +81,10 @@ from . import _fbgemm
 
 _fbgemm.install()  # FBGEMM's inference TBE: tables of a TBE on mtia in its memory (TorchRec's sharded inference)
 
+from . import _profiler
+
+_profiler.install()  # torch.profiler: distributedInfo names mtia's backend as a real MTIA's trace
+
 from . import distributed as _distributed
 
 _distributed.register()  # torch.distributed: the "openmtia" c10d backend for mtia tensors

@@ -205,12 +205,21 @@ def test_a_collectives_device_event_is_named_after_mtias_collective_library(tmp_
             torch.mtia.synchronize()
         path = tmp_path / "trace.json"
         prof.export_chrome_trace(str(path))
+        with profile(activities=[ProfilerActivity.CPU]) as cpu_prof:
+            torch.ones(2).sum()
+        cpu_path = tmp_path / "cpu_trace.json"
+        cpu_prof.export_chrome_trace(str(cpu_path))
     finally:
         dist.destroy_process_group()
-    events = json.loads(path.read_text())["traceEvents"]
-    names = {e["name"] for e in events if e.get("cat") == "mtia_ccp_events"}
+    trace = json.loads(path.read_text())
+    names = {e["name"] for e in trace["traceEvents"] if e.get("cat") == "mtia_ccp_events"}
     assert "hccl:all_reduce" in names, names
     assert not any("c10d" in n for n in names), names
+    # distributedInfo names the backend per device, as a real MTIA's trace
+    # ("mtia:hccl,cpu:gloo"), not torch's "undefined" of a default group
+    assert trace["distributedInfo"]["backend"] == "cpu:gloo,mtia:openmtia", trace["distributedInfo"]
+    # a profile of no mtia work keeps torch's
+    assert json.loads(cpu_path.read_text())["distributedInfo"]["backend"] == "undefined"
 
 
 def test_key_averages_device_time_equals_the_traces_device_events(tmp_path):

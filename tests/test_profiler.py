@@ -69,13 +69,21 @@ def test_memory_events_with_profile_memory(tmp_path):
     assert mtia[0]["Total Allocated"] >= 4 << 20 and mtia[0]["Total Reserved"] >= mtia[0]["Total Allocated"]
 
 
-# A real MTIA runtime's kernel launch event (the reference traces in the
-# workplace's ../shared/reference/mtia-traces/, from HTA's test data; HTA
-# recognises launches by "^runFunction"). Where the reference is at hand
-# (beside the repository), the test also reads the name from it.
+# A real MTIA runtime's launch events, by the kind of work (the reference
+# traces in the workplace's ../shared/reference/mtia-traces/, from HTA's test
+# data; HTA counts kernel launches by "^runFunction"). Where the reference is
+# at hand (beside the repository), the test also reads the names from it.
 LAUNCH_NAME = "runFunction - job_prep_and_submit_for_execution"
-REFERENCE = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "reference", "mtia-traces",
-                         "mtia_training_rank_0.json.gz")
+REFERENCES = [os.path.join(os.path.dirname(__file__), "..", "..", "shared", "reference", "mtia-traces",
+                           f"mtia_{run}_rank_0.json.gz") for run in ("training", "inference")]
+
+
+def launch_name(device_name):
+    """The launch of a device event of this name, as a real MTIA runtime names it."""
+    if device_name.startswith("Memcpy "):  # "Memcpy HtoD (Pinned -> Device)": "enqueueCommand memcpyHtoDAsync"
+        return f"enqueueCommand memcpy{device_name.split()[1]}Async"
+    return {"Stream Wait Event Sync": "enqueueCommand waitOnEvent",
+            "Event Record Sync": "recordEvent"}.get(device_name, LAUNCH_NAME)
 
 
 def step_trace(tmp_path, device="mtia:0"):
@@ -126,10 +134,13 @@ def test_every_device_event_has_one_launch_on_the_launching_thread_and_a_flow(tm
     device = [e for e in events if e.get("cat") == "mtia_ccp_events"]
     launches = [e for e in events if e.get("cat") == "mtia_runtime"]
     assert device and launches
-    assert {e["name"] for e in launches} == {LAUNCH_NAME}
-    if os.path.exists(REFERENCE):
-        ref = json.load(gzip.open(REFERENCE))["traceEvents"]
-        assert LAUNCH_NAME in {e["name"] for e in ref if e.get("cat") == "mtia_runtime"}
+    names = {e["name"] for e in launches}
+    assert names == {LAUNCH_NAME, "enqueueCommand memcpyHtoDAsync", "enqueueCommand memcpyDtoHAsync",
+                     "enqueueCommand memcpyDtoDAsync", "enqueueCommand waitOnEvent", "recordEvent"}, names
+    if all(os.path.exists(r) for r in REFERENCES):
+        ref = {e["name"] for r in REFERENCES for e in json.load(gzip.open(r))["traceEvents"]
+               if e.get("cat") == "mtia_runtime"}
+        assert names - {"enqueueCommand memcpyDtoDAsync"} <= ref, names - ref  # (the references copy no DtoD)
     by_correlation = {}
     threads = {int(t) for t in os.listdir("/proc/self/task")}
     for launch in launches:  # (the backward's launch from the autograd engine's device thread)
@@ -143,6 +154,8 @@ def test_every_device_event_has_one_launch_on_the_launching_thread_and_a_flow(tm
         c = e["args"]["correlation"]
         assert len(by_correlation.get(c, [])) == 1, e
         launch = by_correlation[c][0]
+        assert launch["name"] == launch_name(e["name"]), (launch, e)
+        assert (launch["args"]["device"], launch["args"]["stream_id"]) == (0, e["args"]["stream"]), (launch, e)
         assert ("s", c) in flows and ("f", c) in flows, e
         assert launch["ts"] <= e["ts"], (launch, e)
         assert e["args"]["device"] == 0 and e["args"]["stream"] == e["tid"], e

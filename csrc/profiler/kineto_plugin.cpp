@@ -134,6 +134,20 @@ std::string traceName(const std::string& name) {
   return "mtia:" + name;
 }
 
+// A launch's name in traces, by the kind of work it submits, as a real MTIA
+// runtime names its host calls: a kernel (or collective) "runFunction -
+// job_prep_and_submit_for_execution" (the launches tools count as kernel
+// launches), a copy "enqueueCommand memcpyHtoDAsync" and so on by
+// direction, a wait "enqueueCommand waitOnEvent", an event record
+// "recordEvent". `name` is the work's own name, before traceName.
+std::string launchName(const std::string& name) {
+  if (name.rfind("Memcpy ", 0) == 0 && name.size() >= 11) return "enqueueCommand memcpy" + name.substr(7, 4) + "Async";
+  if (name.rfind("Memset", 0) == 0) return "enqueueCommand memsetAsync";
+  if (name == "stream_wait_event" || name == "c10d_wait") return "enqueueCommand waitOnEvent";
+  if (name == "event_record") return "recordEvent";
+  return "runFunction - job_prep_and_submit_for_execution";
+}
+
 class Session final : public IActivityProfilerSession {
  public:
   ~Session() override { detach(); }
@@ -185,14 +199,18 @@ class Session final : public IActivityProfilerSession {
       act.flow.type = kLinkAsyncCpuGpu;
     };
     // the launches of the work that ran (a launch whose work never ran, as
-    // one captured into a graph, has no device event to point to)
-    std::set<uint64_t> ran;
+    // one captured into a graph, has no device event to point to), named
+    // by what they launched
+    std::unordered_map<uint64_t, const Record*> ran;
     for (const Record& r : records_)
-      if (r.correlation) ran.insert(r.correlation);
+      if (r.correlation) ran.emplace(r.correlation, &r);
     for (const Launch& l : launches_) {
-      if (!ran.count(l.correlation)) continue;
-      auto act = std::make_unique<GenericTraceActivity>(buffer_->span, ActivityType::MTIA_RUNTIME,
-                                                        "runFunction - job_prep_and_submit_for_execution");
+      auto work = ran.find(l.correlation);
+      if (work == ran.end()) continue;
+      const Record& r = *work->second;
+      auto act = std::make_unique<GenericTraceActivity>(buffer_->span, ActivityType::MTIA_RUNTIME, launchName(r.name));
+      act->addMetadata("device", r.device);
+      act->addMetadata("stream_id", traceStream(r.stream));
       act->startTime = l.start_ns;
       auto e = ends.find(l.correlation);
       act->endTime = e != ends.end() && e->second >= l.start_ns ? e->second : l.start_ns;

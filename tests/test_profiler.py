@@ -197,6 +197,10 @@ def test_streams_rows_and_names_are_a_real_mtias(tmp_path):
     not_compute = re.compile(r"(^nccl)|(^hccl)|(.*Memcpy)|(.*Memset)|(.*dma)|(^.*Sync)|(^Stream Wait Event)")
     assert {n for n in names if memory.match(n)} == {n for n in names if n.startswith("Memcpy")}
     assert {n for n in names if not not_compute.match(n)} == {n for n in names if n.startswith("mtia:")}
+    # every kernel is named after a host op of the trace: none is the host's
+    # bookkeeping (a task keeping a copy's pinned buffer alive was "mtia:release")
+    ops = {e["name"] for e in trace["traceEvents"] if e.get("cat") == "cpu_op"}
+    assert {n for n in names if n.startswith("mtia:") and n[len("mtia:"):] not in ops} == set(), ops
     # and the installed HTA's (0.5.0: no "^Stream Wait Event" yet) computation pattern
     from hta.common.types import ComputeKernelGroupingPattern as hta_compute
     assert hta_compute.inverse_match  # its pattern names what is not computation
@@ -228,6 +232,8 @@ def test_a_collectives_device_event_is_named_after_mtias_collective_library(tmp_
     names = {e["name"] for e in trace["traceEvents"] if e.get("cat") == "mtia_ccp_events"}
     assert "hccl:all_reduce" in names, names
     assert not any("c10d" in n for n in names), names
+    # the collective's outcome check after the wait is the host's bookkeeping, not device work
+    assert names <= {"hccl:all_reduce", "Stream Wait Event Sync", "Event Record Sync"}, names
     # distributedInfo names the backend per device, as a real MTIA's trace
     # ("mtia:hccl,cpu:gloo"), not torch's "undefined" of a default group
     assert trace["distributedInfo"]["backend"] == "cpu:gloo,mtia:openmtia", trace["distributedInfo"]

@@ -38,7 +38,7 @@ void enqueueMemcpy(const at::Tensor& dst, const at::Tensor& src, omr::CopyKind k
   OMR_CALL(omr::memcpyAsync(dst.data_ptr(), src.data_ptr(), spanBytes(src), kind, dev, stream));
   const at::Tensor& host = kind == omr::CopyKind::kHostToDevice ? src : dst;
   if (host.device().type() == c10::kCPU)
-    OMR_CALL(omr::launch(dev, stream, "release", [keep = host.storage()] {}));
+    OMR_CALL(omr::launch(dev, stream, "release", [keep = host.storage()] {}, omr::kTaskUntraced));
 }
 
 // Raises, at the call, what the task's CPU copy kernel would raise for these

@@ -163,7 +163,7 @@ c10::Scalar local_scalar_dense(const at::Tensor& self) {
 // CUDA's) fill_, it accepts a self whose elements overlap (a stride of 0):
 // every element gets the same value.
 void launchFill(const at::Tensor& self, const at::Tensor& value) {
-  launchOnCurrentStream(self.device().index(), "fill_", [hd = hostView(self), hv = hostView(value)]() mutable {
+  launchOnCurrentStream(self.device().index(), "aten::fill_", [hd = hostView(self), hv = hostView(value)]() mutable {
     useKernelThreads(hd.numel());
     at::AutoDispatchBelowADInplaceOrView guard;
     hd.fill_(hv.item());  // the Scalar overload: CPU's fill kernel (a same-device tensor value would copy_)
@@ -172,14 +172,14 @@ void launchFill(const at::Tensor& self, const at::Tensor& value) {
 
 void launchFill(const at::Tensor& self, const c10::Scalar& value) {
   if (self.is_contiguous()) {  // its elements, taken at the call (no host view made on the host)
-    launchOnCurrentStream(self.device().index(), "fill_", [elements = Operand(self), value] {
+    launchOnCurrentStream(self.device().index(), "aten::fill_", [elements = Operand(self), value] {
       useKernelThreads(elements.n);
       at::AutoDispatchBelowADInplaceOrView guard;
       elements.host().fill_(value);
     });
     return;
   }
-  launchOnCurrentStream(self.device().index(), "fill_", [hd = hostView(self), value]() mutable {
+  launchOnCurrentStream(self.device().index(), "aten::fill_", [hd = hostView(self), value]() mutable {
     useKernelThreads(hd.numel());
     at::AutoDispatchBelowADInplaceOrView guard;
     hd.fill_(value);  // CPU's fill kernel

@@ -77,7 +77,7 @@ struct MTIAGuardImpl final : public c10::impl::DeviceGuardImplInterface {
       // the waiting stream runs the event's check after its wait (event_checks.h)
       c10::StreamGuard on(stream);
       launchOnCurrentStream(stream.device_index(), "event_check", [check] { (*check)(); },
-                            omr::kTaskMayBlock);  // (it may wait for a collective)
+                            omr::kTaskMayBlock | omr::kTaskUntraced);  // (it may wait for a collective)
     }
   }
   bool queryEvent(void* event) const override { return !event || omr::eventQuery(asEvent(event)); }

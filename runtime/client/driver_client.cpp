@@ -266,24 +266,37 @@ OmtiaStream handle(int device, StreamId id) {
 std::atomic<SubmitHook> g_submitted{nullptr};
 
 // Around a submission to a stream, accepted or not (a profiler's launch
-// event spans it; setTracing).
+// event spans it; setTracing). An untraced one (kTaskUntraced) is tagged
+// kUntraced and its record dropped.
+thread_local bool t_untraced = false;
 struct SubmitScope {
-  SubmitHook hook = g_submitted.load(std::memory_order_relaxed);
-  SubmitScope() {
+  SubmitHook hook;
+  bool was_untraced = t_untraced;
+  explicit SubmitScope(bool untraced = false) : hook(untraced ? nullptr : g_submitted.load(std::memory_order_relaxed)) {
+    t_untraced = untraced;
     if (hook) hook(1);
   }
   ~SubmitScope() {
+    t_untraced = was_untraced;
     if (hook) hook(0);
   }
   SubmitScope(const SubmitScope&) = delete;
   SubmitScope& operator=(const SubmitScope&) = delete;
 };
 
-// Tracing: the driver's activity records as TaskRecords.
+// Tracing: the driver tags each submission through tagSubmission and
+// reports the driver's activity records as TaskRecords.
+constexpr uint64_t kUntraced = ~uint64_t{0};
+std::atomic<TagHook> g_tag{nullptr};
+uint64_t tagSubmission() {
+  if (t_untraced) return kUntraced;
+  TagHook tag = g_tag.load(std::memory_order_relaxed);
+  return tag ? tag() : 0;
+}
 std::atomic<TraceSink> g_sink{nullptr};
 void activity(const OmtiaActivityRecord* r, void*) {
   TraceSink sink = g_sink.load();
-  if (!sink) return;
+  if (!sink || r->correlation == kUntraced) return;
   sink(TaskRecord{r->device, static_cast<StreamId>(r->stream_label), r->name ? r->name : "", r->correlation, r->start_ns,
                   r->end_ns});
 }
@@ -445,7 +458,7 @@ void launch(int device, StreamId stream, const char* name, HostTask task) {
     if (task.destroy) task.destroy(task.user);
     throw;
   }
-  SubmitScope submit;
+  SubmitScope submit((task.flags & kTaskUntraced) != 0);
   OmtiaLaunchArgs a{};
   a.struct_size = sizeof a;
   a.fn = task.fn;
@@ -516,8 +529,9 @@ void stopWorkers() {
 
 void setTracing(TagHook tag, TraceSink sink, SubmitHook submitted) {
   g_submitted.store(sink ? submitted : nullptr);
+  g_tag.store(sink ? tag : nullptr);
   g_sink.store(sink);
-  check(T().set_activity_callback(sink ? tag : nullptr, sink ? &activity : nullptr, nullptr));
+  check(T().set_activity_callback(sink ? &tagSubmission : nullptr, sink ? &activity : nullptr, nullptr));
 }
 
 // ------------------------------------------------------------ graphs

@@ -176,7 +176,7 @@ struct HostTask {
   const char* (*fn)(void* user) = nullptr;
   void* user = nullptr;
   void (*destroy)(void* user) = nullptr;
-  uint32_t flags = 0;  // kTaskWaitsForHost, kTaskMayBlock
+  uint32_t flags = 0;  // kTaskWaitsForHost, kTaskMayBlock, kTaskUntraced
 };
 // The task may block until a host thread acts (a test's gate; a callback that
 // waits for the program): only a driver thread runs it, never a host thread
@@ -187,6 +187,11 @@ constexpr uint32_t kTaskWaitsForHost = 1u << 0;
 // that launches it (the launch would block), though a host thread that waits
 // for its stream may run it.
 constexpr uint32_t kTaskMayBlock = 1u << 1;
+// The task is the host's bookkeeping, not device work (it keeps a host
+// buffer alive until a copy ran, checks a collective's outcome): a profiler
+// sees neither its launch nor it (setTracing), as a real device's traces
+// have no such task. It still runs in its stream's order.
+constexpr uint32_t kTaskUntraced = 1u << 2;
 // Called on a host thread around the device work it runs itself (begin 1,
 // then 0): in a wait for a stream (help-first: it runs the stream's queued
 // tasks instead of sleeping), or because the driver runs tasks on the

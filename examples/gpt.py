@@ -210,6 +210,15 @@ def train(args, device, steps, verbose=True, seed=0):
     is_mtia = dev_type == "mtia"
     graph, static = None, None
     side = torch.mtia.Stream() if args.graphs else None
+    prof = None
+    if getattr(args, "profile", None):  # a trace of a few steps after the warm-up, one file per rank
+        os.makedirs(args.profile, exist_ok=True)
+        activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.MTIA] if dev_type == "mtia" else [])
+        prof = torch.profiler.profile(
+            activities=activities,
+            schedule=torch.profiler.schedule(wait=max(0, min(5, steps - 4)), warmup=1, active=3, repeat=1),
+            on_trace_ready=lambda p: p.export_chrome_trace(os.path.join(args.profile, f"rank{rank}.json")))
+        prof.start()
     for step in range(steps):
         if step == 5 and is_mtia:
             allocs_after_warmup = torch.mtia.memory_stats().get("num_device_alloc", 0)
@@ -253,8 +262,14 @@ def train(args, device, steps, verbose=True, seed=0):
         if bar:
             tok_s = args.batch_size * SEQ / step_times[-1]
             bar.update(loss=f"{value:.4f}", tok_s=f"{tok_s:,.0f}")
+        if prof:
+            prof.step()
     if bar:
         bar.close()
+    if prof:
+        prof.stop()
+        if args.ddp:
+            dist.barrier()  # every rank's trace is written before rank 0 reads them
     extra = {}
     if is_mtia:
         extra["peak"] = torch.mtia.max_memory_allocated(device)
@@ -278,6 +293,8 @@ def main():
     p.add_argument("--no-deploy", dest="deploy", action="store_false",
                    help="skip the AOTInductor deployment of the trained model")
     p.add_argument("--losses-json", help="also write the per-step losses to this file")
+    p.add_argument("--profile", metavar="DIR", help="trace a few steps with torch.profiler into DIR (a file per "
+                   "rank) and print Holistic Trace Analysis's summary of them, with plots")
     p.add_argument("--png", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "loss.png"))
     args = p.parse_args()
     args.ddp = int(os.environ.get("WORLD_SIZE", "1")) > 1
@@ -307,6 +324,9 @@ def main():
         if rank != 0:
             return 0
         args.ddp = False
+    if args.profile:
+        from trace_summary import summarize  # (examples/trace_summary.py)
+        summarize(args.profile, plots_dir=args.profile)
     warm = times[5:] or times
     step_ms = 1e3 * sorted(warm)[len(warm) // 2]
     tok_s = args.batch_size * SEQ / (step_ms / 1e3)
@@ -366,7 +386,8 @@ def main():
 
     ok = same and deployed_ok
     if args.check:
-        twin = argparse.Namespace(**{**vars(args), "bf16": False, "compile": False, "graphs": False, "ddp": False})
+        twin = argparse.Namespace(**{**vars(args), "bf16": False, "compile": False, "graphs": False, "ddp": False,
+                                     "profile": None})
         _, mine, _, _, _ = train(twin, device, 20, verbose=False, seed=1)
         _, ref, _, _, _ = train(twin, torch.device("cpu"), 20, verbose=False, seed=1)
         worst = max(abs(a - b) for a, b in zip(mine, ref))

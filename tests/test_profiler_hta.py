@@ -5,7 +5,9 @@ runs and says something (before traces had launch events, stream numbers
 and names in MTIA's shape, HTA's temporal breakdown raised IndexError, its
 idle time "No objects to concatenate", its launch stats and queue length
 were empty and its critical path raised)."""
+import json
 import os
+import subprocess
 import sys
 import warnings
 
@@ -16,6 +18,8 @@ from hta.trace_analysis import TraceAnalysis  # (scripts/setup.sh installs it)
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
 from gpt import GPT  # noqa: E402
+
+GPT_SCRIPT = os.path.join(os.path.dirname(__file__), "..", "examples", "gpt.py")
 
 
 @pytest.fixture(scope="module")
@@ -95,3 +99,37 @@ def test_critical_path_returns_with_launches_on_it(analysis, monkeypatch):
     df = analysis.t.get_trace(0)
     launches = set(df.loc[df["name"] == launch, "index"])
     assert launches & set(graph.event_to_start_node_map), "no launch in the graph"
+
+
+def test_two_ranks_of_the_main_job_under_ddp(tmp_path):
+    # `examples/gpt.py --profile DIR` under torchrun: a trace per rank, and
+    # HTA's summary of both (examples/trace_summary.py), with plots
+    out = tmp_path / "traces"
+    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                          GPT_SCRIPT, "--steps", "8", "--width", "64", "--layers", "2", "--no-deploy",
+                          "--profile", str(out), "--png", str(tmp_path / "loss.png")],
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "rank 0: idle %" in run.stdout and "rank 1: idle %" in run.stdout, run.stdout[-3000:]
+    assert {"rank0.json", "rank1.json", "temporal_breakdown.png", "kernel_breakdown.png",
+            "queue_length.png"} <= set(os.listdir(out))
+    from trace_summary import summarize
+    figures, kernel_pct = summarize(str(out))
+    assert sorted(figures) == [0, 1]
+    # compute, memory and communication kernels (hccl: HTA's source's pattern)
+    assert {"COMPUTATION", "MEMORY", "COMMUNICATION"} <= set(kernel_pct), kernel_pct
+    for rank, f in figures.items():
+        assert f["idle %"] < 100 and f["compute %"] > 0, (rank, f)
+        assert 0 <= f["comm/comp overlap %"] <= 100, (rank, f)  # a number, not HTA 0.5.0's NaN
+        assert f["kernels with their launch"] > 0 and f["max queue length"] > 0, (rank, f)
+        assert f["critical path edges"] > 0, (rank, f)
+    # each rank's device work: kernels named after its ops, collectives, copies and syncs; no bookkeeping
+    for rank in (0, 1):
+        events = json.loads((out / f"rank{rank}.json").read_text())["traceEvents"]
+        ops = {e["name"] for e in events if e.get("cat") == "cpu_op"}
+        names = {e["name"] for e in events if e.get("cat") == "mtia_ccp_events"}
+        assert "hccl:all_reduce" in names, names
+        odd = {n for n in names if n.startswith("mtia:") and n[len("mtia:"):] not in ops}
+        assert not odd, odd
+        assert not {n for n in names if not n.startswith(("mtia:", "hccl:", "Memcpy", "Memset"))
+                    and not n.endswith("Sync")}, names

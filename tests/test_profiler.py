@@ -6,6 +6,7 @@ import json
 import os
 import re
 import socket
+import warnings
 
 import pytest
 import torch
@@ -273,3 +274,67 @@ def test_a_synchronous_read_is_a_copy_of_the_default_stream_with_its_launch(tmp_
     launches = [e for e in events if e.get("cat") == "mtia_runtime"
                 and e["args"]["correlation"] == copies[0]["args"]["correlation"]]
     assert len(launches) == 1
+
+
+def _memory_timeline(device, tmp_path):
+    """torch.profiler's memory timeline of two training steps: the sizes by
+    category ([PARAMETER, OPTIMIZER_STATE, INPUT, TEMPORARY, ACTIVATION,
+    GRADIENT, AUTOGRAD_DETAIL, unknown]) at each time, for `device`."""
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 8)).to(device)
+    opt = torch.optim.AdamW(m.parameters())
+    x = torch.randn(32, 64, device=device)
+
+    def step():
+        m(x).square().mean().backward()
+        opt.step()
+        opt.zero_grad()
+    step()
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.MTIA] if device.startswith("mtia") else [])
+    with profile(activities=activities, record_shapes=True, profile_memory=True, with_stack=True) as prof:
+        step()
+        step()
+    path = tmp_path / f"timeline_{device}.json"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (torch marks export_memory_timeline deprecated, for CUDA's snapshots)
+        prof.export_memory_timeline(str(path), device=device)
+    _, sizes = json.loads(path.read_text())
+    return [row[1:] for row in sizes]  # (column 0 is unused)
+
+
+def test_memory_timeline_of_mtia_memory_by_category_as_cpus(tmp_path):
+    PARAMETER, OPTIMIZER_STATE, INPUT, TEMPORARY, ACTIVATION, GRADIENT = range(6)
+    params = (64 * 64 + 64 + 64 * 8 + 8) * 4
+    mtia = _memory_timeline("mtia:0", tmp_path)
+    cpu = _memory_timeline("cpu", tmp_path)
+    assert len(mtia) > 10
+    # after the steps: the parameters, AdamW's two moments and the input, as on
+    # CPU (whose optimizer state also holds AdamW's step counters, CPU tensors
+    # of 4 bytes each, which on mtia stay on the CPU)
+    assert mtia[-1][:3] == [params, 2 * params, 32 * 64 * 4], mtia[-1]
+    assert cpu[-1][:3] == [params, 2 * params + 4 * 4, 32 * 64 * 4], cpu[-1]
+    # during them: activations and gradients (the device's blocks, in 512 bytes)
+    assert max(r[ACTIVATION] for r in mtia) > 0
+    assert params <= max(r[GRADIENT] for r in mtia) <= params + 4 * 512, max(r[GRADIENT] for r in mtia)
+
+
+def test_python_stacks_carry_mtia_device_time(tmp_path):
+    m = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU()).to("mtia")
+    x = torch.randn(32, 64, device="mtia")
+
+    def forward_here():
+        return m(x).sum()
+    forward_here().item()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.MTIA], with_stack=True,
+                 experimental_config=torch._C._profiler._ExperimentalConfig(verbose=True)) as prof:  # (as torch's docs ask)
+        forward_here().item()
+    # the flame graph's device-time metric (torch names it after CUDA and
+    # reads every device's time under it: there is no mtia name)
+    path = tmp_path / "stacks.txt"
+    prof.export_stacks(str(path), "self_cuda_time_total")
+    lines = path.read_text().splitlines()
+    linear = [line for line in lines if "forward_here" in line and "linear.py" in line]
+    assert linear and all(int(line.rsplit(" ", 1)[1]) > 0 for line in linear), "\n".join(lines)
+    rows = [r for r in prof.key_averages(group_by_stack_n=4) if r.key == "mtia:aten::addmm"]
+    assert rows and rows[0].self_device_time_total > 0
+    assert any("linear.py" in frame for frame in rows[0].stack), rows[0].stack

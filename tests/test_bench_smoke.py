@@ -61,3 +61,14 @@ def test_cpu_time_bench_runs():
         assert all(float(row[i].replace(",", "")) > 0 for i in (1, 2, 5, 6)), row
     assert float(rows[2][9]) == 10.0, rows[2]  # the chain: one launch an op
     assert float(rows[3][9]) <= 10.0, rows[3]  # AdamW with foreach: a launch a list op, not a tensor
+
+
+def test_profiler_bench_runs():
+    r = subprocess.run([sys.executable, str(BENCH.parent / "profiler_bench.py"), "--quick"], capture_output=True,
+                       text=True, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:] + r.stdout[-3000:]
+    rows = [[c.strip() for c in l.split("|")[1:-1]] for l in r.stdout.splitlines() if l.startswith("| ")][1:]
+    assert [row[0] for row in rows] == ["cpu", "mtia", "mtia's overhead / CPU's (target <= 1.0)"], r.stdout
+    for row in rows[:2]:  # step ms and CPU ms, unprofiled and profiled, and their ratios
+        assert all(float(row[i]) > 0 for i in range(1, 7)), row
+    assert float(rows[2][3]) > 0 and float(rows[2][6]) > 0, rows[2]

@@ -6,6 +6,10 @@ import json
 import os
 import re
 import socket
+import subprocess
+import sys
+import textwrap
+import threading
 import warnings
 
 import pytest
@@ -338,3 +342,130 @@ def test_python_stacks_carry_mtia_device_time(tmp_path):
     rows = [r for r in prof.key_averages(group_by_stack_n=4) if r.key == "mtia:aten::addmm"]
     assert rows and rows[0].self_device_time_total > 0
     assert any("linear.py" in frame for frame in rows[0].stack), rows[0].stack
+
+
+# ---------------------------------------------------------------- bad input
+
+A_MTIA = [ProfilerActivity.CPU, ProfilerActivity.MTIA]
+
+
+def test_a_profile_stopped_in_another_thread_raises_and_stops_in_its_own(tmp_path):
+    # torch keeps the session in the starting thread: stopped elsewhere it
+    # found none and the export crashed the process (CPU PyTorch's too)
+    x = torch.ones(1000, device="mtia")
+    started, stop = threading.Event(), threading.Event()
+    prof = profile(activities=A_MTIA)
+
+    def owner():
+        prof.start()
+        started.set()
+        stop.wait(60)
+        prof.stop()
+    t = threading.Thread(target=owner)
+    t.start()
+    started.wait(60)
+    (x * 5).sum().item()
+    with pytest.raises(RuntimeError, match="started in thread .* stop it there"):
+        prof.stop()
+    stop.set()
+    t.join(60)
+    path = tmp_path / "trace.json"
+    prof.export_chrome_trace(str(path))
+    names = {e["name"] for e in json.loads(path.read_text())["traceEvents"] if e.get("cat") == "mtia_ccp_events"}
+    assert "mtia:aten::mul" in names, names
+    assert (x * 2).sum().item() == 2000
+
+
+@pytest.mark.needs_async
+def test_a_profile_ends_once_a_stream_blocked_on_an_event_is_released(tmp_path):
+    # the profile's end synchronizes the device, as CUDA's does: it waits for
+    # the released stream, and the trace holds the wait and the work after it
+    from openmtia import _C_test
+    x = torch.ones(1000, device="mtia")
+    ready = torch.mtia.Event()
+    gate = _C_test.launch_blocking_task(0, 30.0)
+    ready.record()
+    side = torch.mtia.Stream()
+    threading.Timer(0.5, gate.release).start()
+    with profile(activities=A_MTIA) as prof:
+        with torch.mtia.stream(side):
+            side.wait_event(ready)
+            y = x * 5
+    path = tmp_path / "trace.json"
+    prof.export_chrome_trace(str(path))
+    names = [e["name"] for e in json.loads(path.read_text())["traceEvents"] if e.get("cat") == "mtia_ccp_events"]
+    # (the event's record, launched before the profile, ran during it)
+    assert sorted(names) == ["Event Record Sync", "Stream Wait Event Sync", "mtia:aten::mul"], names
+    assert y.sum().item() == 5000
+
+
+@pytest.mark.needs_async
+def test_a_device_error_at_the_profiles_end_raises_and_the_next_profile_works(tmp_path):
+    from openmtia import _C_test
+    x = torch.ones(1000, device="mtia")
+    _C_test.launch_blocking_task(0, 0.5)  # never released: its task fails
+    with pytest.raises(RuntimeError, match="asynchronous task 'test_gate' failed"):
+        with profile(activities=A_MTIA):
+            x * 5
+    with profile(activities=A_MTIA) as prof:
+        total = (x * 6).sum().item()
+    assert total == 6000
+    path = tmp_path / "trace.json"
+    prof.export_chrome_trace(str(path))
+    names = {e["name"] for e in json.loads(path.read_text())["traceEvents"] if e.get("cat") == "mtia_ccp_events"}
+    assert {"mtia:aten::mul", "mtia:aten::sum"} <= names, names
+
+
+def test_a_failed_task_is_in_the_trace_with_its_error(tmp_path):
+    from openmtia import _C_test
+    with profile(activities=A_MTIA) as prof:
+        _C_test.launch_failing_task(0, "broken_kernel", 'failed "on purpose"')
+        with pytest.raises(RuntimeError, match="broken_kernel"):
+            torch.mtia.synchronize()
+    path = tmp_path / "trace.json"
+    prof.export_chrome_trace(str(path))
+    events = json.loads(path.read_text())["traceEvents"]
+    failed = [e for e in events if e.get("cat") == "mtia_ccp_events" and e["name"] == "mtia:broken_kernel"]
+    # (the message as JSON holds it through Kineto: its double quotes single)
+    assert len(failed) == 1 and failed[0]["args"]["error"] == "failed 'on purpose'", failed
+    launches = [e for e in events if e.get("cat") == "mtia_runtime"
+                and e["args"]["correlation"] == failed[0]["args"]["correlation"]]
+    assert [e["name"] for e in launches] == [LAUNCH_NAME]
+    assert (torch.ones(3, device="mtia") * 2).sum().item() == 6
+
+
+def test_a_profile_in_a_forked_child(tmp_path):
+    # a child forked after the parent used mtia: a profile of mtia raises as
+    # any mtia call there does; a CPU profile works; the parent goes on
+    code = textwrap.dedent("""
+        import os, torch
+        from torch.profiler import profile, ProfilerActivity
+        x = torch.ones(8, device="mtia")
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.MTIA]):
+            (x * 2).sum().item()
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            out = []
+            try:
+                with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.MTIA]):
+                    torch.ones(3).sum()
+                out.append("mtia profile: no error")
+            except RuntimeError as e:
+                out.append("mtia profile: " + str(e).split(".")[0])
+            with profile(activities=[ProfilerActivity.CPU]) as p:
+                torch.ones(3).sum()
+            out.append("cpu profile: " + str(any(e.name == "aten::sum" for e in p.events())))
+            os.write(w, "|".join(out).encode())
+            os._exit(0)
+        os.close(w)
+        _, status = os.waitpid(pid, 0)
+        print(os.read(r, 4096).decode())
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.MTIA]) as p:
+            print("parent", (x * 3).sum().item(), status)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    child, parent = [line for line in out.stdout.splitlines() if line.startswith(("mtia profile", "parent"))]
+    assert child.split("|") == ["mtia profile: Cannot re-initialize MTIA in forked subprocess", "cpu profile: True"], child
+    assert parent == "parent 24.0 0"

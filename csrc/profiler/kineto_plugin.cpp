@@ -52,6 +52,7 @@ struct Record {  // a piece of device work, as the driver reported it
   std::string name;
   uint64_t correlation;
   int64_t start_ns, end_ns;
+  std::string error;  // its failure's message ("" if it ran)
 };
 
 struct Launch {  // a submission's launch event
@@ -110,7 +111,19 @@ uint64_t tagSubmission() {
 
 void collect(const omr::TaskRecord& r) {
   std::lock_guard<std::mutex> lk(g_mu);
-  if (g_records) g_records->push_back({r.device, r.stream, r.name, r.tag, r.start_ns, r.end_ns});
+  if (g_records) g_records->push_back({r.device, r.stream, r.name, r.tag, r.start_ns, r.end_ns, r.error ? r.error : ""});
+}
+
+// `text` as a JSON string's inside: Kineto writes a quoted metadata value as
+// it is, but for backslashes, which it turns to slashes; so double quotes
+// become single ones and control characters spaces.
+std::string jsonSafe(std::string text) {
+  for (char& c : text) {
+    if (c == '"') c = '\'';
+    else if (c == '\\') c = '/';
+    else if (static_cast<unsigned char>(c) < 0x20) c = ' ';
+  }
+  return text;
 }
 
 // A stream's number in traces, as a real MTIA numbers them: the default
@@ -231,6 +244,7 @@ class Session final : public IActivityProfilerSession {
       act->resource = stream;
       act->addMetadata("device", r.device);
       act->addMetadata("stream", stream);
+      if (!r.error.empty()) act->addMetadataQuoted("error", jsonSafe(r.error));  // a failed task, as it failed
       auto l = r.correlation ? launched.find(r.correlation) : launched.end();
       if (l != launched.end()) {
         correlate(*act, r.correlation, l->second->external);

@@ -298,7 +298,7 @@ void activity(const OmtiaActivityRecord* r, void*) {
   TraceSink sink = g_sink.load();
   if (!sink || r->correlation == kUntraced) return;
   sink(TaskRecord{r->device, static_cast<StreamId>(r->stream_label), r->name ? r->name : "", r->correlation, r->start_ns,
-                  r->end_ns});
+                  r->end_ns, OMTIA_HAS_FIELD(r, OmtiaActivityRecord, error) ? r->error : nullptr});
 }
 
 }  // namespace

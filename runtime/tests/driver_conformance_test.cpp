@@ -461,6 +461,28 @@ TEST(Driver, ActivityRecordsNameTheWork) {
   EXPECT_TRUE(seen.ordered);
 }
 
+TEST(Driver, ActivityRecordsCarryAFailuresMessage) {
+  struct Seen {
+    std::mutex mu;
+    std::vector<std::pair<std::string, std::string>> records;  // name, error ("-": none)
+  } seen;
+  OK(D->set_activity_callback(nullptr,
+                              [](const OmtiaActivityRecord* r, void* u) {
+                                auto* s = static_cast<Seen*>(u);
+                                ASSERT_TRUE(OMTIA_HAS_FIELD(r, OmtiaActivityRecord, error));
+                                std::lock_guard<std::mutex> lk(s->mu);
+                                s->records.emplace_back(r->name, r->error ? r->error : "-");
+                              },
+                              &seen));
+  Stream s(0);
+  OK(launch(s.s, "fine", []() -> const char* { return nullptr; }));
+  OK(launch(s.s, "broken", []() -> const char* { return "it broke"; }));
+  EXPECT_EQ(D->stream_synchronize(s.s), OMTIA_ERROR_TASK_FAILED);
+  OK(D->set_activity_callback(nullptr, nullptr, nullptr));
+  std::lock_guard<std::mutex> lk(seen.mu);
+  EXPECT_EQ(seen.records, (std::vector<std::pair<std::string, std::string>>{{"fine", "-"}, {"broken", "it broke"}}));
+}
+
 TEST(Driver, DestroyingAStreamRunsItsWorkFirst) {
   std::atomic<int> ran{0};
   {

@@ -123,7 +123,7 @@ uint64_t correlationTag() {
   return hook ? hook() : 0;
 }
 void traceSink(const eng::TaskRecord& r) {
-  OmtiaActivityRecord rec{sizeof(OmtiaActivityRecord), r.device, r.stream, r.name, r.tag, r.start_ns, r.end_ns};
+  OmtiaActivityRecord rec{sizeof(OmtiaActivityRecord), r.device, r.stream, r.name, r.tag, r.start_ns, r.end_ns, r.error};
   if (OmtiaActivityCallback cb = g_activity.load()) cb(&rec, g_activity_user.load());
 }
 

@@ -410,7 +410,7 @@ struct Stream {
     const int serial = serial_run.load(std::memory_order_relaxed);
     if (parallel) serial_run.store(0, std::memory_order_relaxed);
     else if (serial < kSerialTasksBeforeHostRuns) serial_run.store(serial + 1, std::memory_order_relaxed);
-    if (sink) sink(TaskRecord{device, label, e.name.c_str(), e.tag, start_ns, unixNowNs()});
+    if (sink) sink(TaskRecord{device, label, e.name.c_str(), e.tag, start_ns, unixNowNs(), failed ? err.c_str() : nullptr});
     // What a task captured is released by the host (drain()), never here:
     // destructors may need locks the host holds while it waits for us
     // (e.g. the Python GIL when a tensor's last reference goes away).

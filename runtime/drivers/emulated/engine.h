@@ -110,6 +110,7 @@ struct TaskRecord {
   const char* name;
   uint64_t tag;
   int64_t start_ns, end_ns;
+  const char* error = nullptr;  // the task's failure, or null
 };
 using TagHook = uint64_t (*)();
 using TraceSink = void (*)(const TaskRecord& record);  // on the worker thread

@@ -403,7 +403,7 @@ static const char* copyName(OmtiaCopyKind kind, void* dst, const void* src);
 /* Reports a piece of work to `activity` (the callback loaded once by the
  * caller: it may be cleared meanwhile). */
 static void reportActivity(OmtiaActivityCallback activity, int device, int64_t label, const char* name,
-                           uint64_t correlation, int64_t start_ns, int64_t end_ns) {
+                           uint64_t correlation, int64_t start_ns, int64_t end_ns, const char* error) {
   OmtiaActivityRecord r;
   r.struct_size = sizeof r;
   r.device = device;
@@ -412,6 +412,7 @@ static void reportActivity(OmtiaActivityCallback activity, int device, int64_t l
   r.correlation = correlation;
   r.start_ns = start_ns;
   r.end_ns = end_ns;
+  r.error = error;
   activity(&r, g_activity_user);
 }
 
@@ -437,7 +438,7 @@ static OmtiaStatus memcpySync(void* dst, const void* src, size_t bytes, OmtiaCop
     al = findAllocation(kind == OMTIA_COPY_HOST_TO_DEVICE ? dst : src, 0);
     device = al && al->device >= 0 ? al->device : 0;
     pthread_mutex_unlock(&g_mu);
-    reportActivity(activity, device, 0, copyName(kind, dst, src), tag, start, unixNowNs());
+    reportActivity(activity, device, 0, copyName(kind, dst, src), tag, start, unixNowNs(), NULL);
   }
   return ok();
 }
@@ -529,7 +530,7 @@ static void reportMarker(OmtiaStream s, const char* name) {
   int64_t now;
   if (!activity) return;
   now = unixNowNs();
-  reportActivity(activity, s->device, s->label, name, correlation ? correlation() : 0, now, now);
+  reportActivity(activity, s->device, s->label, name, correlation ? correlation() : 0, now, now, NULL);
 }
 
 /* Runs one piece of work now, on the calling thread (this driver's "device"). */
@@ -542,7 +543,7 @@ static void runWork(OmtiaStream s, const char* name, OmtiaHostFn fn, void* user,
   err = fn(user);
   if (host_work) host_work(0);
   if (err) setStreamError(s, name, err);
-  if (activity) reportActivity(activity, s->device, s->label, name, correlation, start, unixNowNs());
+  if (activity) reportActivity(activity, s->device, s->label, name, correlation, start, unixNowNs(), err);
 }
 
 static OmtiaStatus appendWork(OmtiaGraph g, const OmtiaLaunchArgs* a) {

@@ -46,7 +46,7 @@ extern "C" {
 #endif
 
 #define OMTIA_DRIVER_ABI_MAJOR 1
-#define OMTIA_DRIVER_ABI_MINOR 3
+#define OMTIA_DRIVER_ABI_MINOR 4
 
 /* The name of the one function a driver library exports. */
 #define OMTIA_DRIVER_ENTRY_POINT "openmtia_driver_get"
@@ -229,6 +229,8 @@ typedef struct OmtiaActivityRecord {
   const char* name;     /* valid during the callback only */
   uint64_t correlation; /* what the correlation hook returned at the launch */
   int64_t start_ns, end_ns; /* nanoseconds since the Unix epoch */
+  const char* error;        /* ABI 1.4: the work's failure message, or NULL;
+                               valid during the callback only */
 } OmtiaActivityRecord;
 
 /* Called on the launching thread at each launch (0 if unset). */

@@ -302,6 +302,7 @@ struct TaskRecord {
   const char* name;  // valid during the sink's call
   uint64_t tag;
   int64_t start_ns, end_ns;
+  const char* error = nullptr;  // the task's failure message, or null (valid during the call)
 };
 using TagHook = uint64_t (*)();
 using TraceSink = void (*)(const TaskRecord& record);  // called on the worker thread

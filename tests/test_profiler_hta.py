@@ -78,6 +78,14 @@ def test_launch_stats_and_queue_length(analysis):
     assert queue is not None and queue[("queue_length", "max")].max() > 0, queue
 
 
+def test_aten_ops_map_to_their_kernels(analysis):
+    # (before launch events, HTA raised KeyError 'thread_id')
+    table = analysis.get_aten_op_kernels_and_delay(ranks=[0])[0]
+    pairs = set(zip(table["aten_op_name"], table["kernel_sequence"]))
+    assert {("aten::mm", "mtia:aten::mm"), ("aten::addmm", "mtia:aten::addmm")} & pairs, pairs
+    assert (table["avg_runtime_delay"] >= 0).all(), table
+
+
 def count_mtia_launches_in_critical_paths(analysis, monkeypatch):
     """HTA (0.5.0, and its source as of this writing) builds a critical path's
     host nodes from events of the categories cpu_op, cuda_runtime and

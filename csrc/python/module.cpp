@@ -122,6 +122,12 @@ PYBIND11_MODULE(_C, m) {
   m.def("_host_launches", [] { return omr::hostLaunches(); });
   // how often device work on a host thread swapped its thread state (host_work.h)
   m.def("_host_work_state_swaps", &openmtia::hostWorkStateSwaps);
+  // openmtia.faults: arms the faults of a list in OPENMTIA_FAULTS's form
+  // (runtime.h, parseFaults: the same parser, the same errors), or none.
+  m.def("_inject_faults", [](const std::string& spec, int rank) {
+    for (const omr::Fault& f : OMR_CALL(omr::parseFaults(spec, rank))) OMR_CALL(omr::injectFault(f));
+  });
+  m.def("_clear_faults", [] { OMR_CALL(omr::clearFaults()); });
   m.def("_dense_work_scale", [] { return openmtia::kDenseWorkScale; });
   // what the fallback learned of its kernels' threads (learned_threads.h):
   // [(op, size class, "all" / "one" / "learning", all threads' ns, one's ns)]

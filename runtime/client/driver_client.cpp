@@ -111,6 +111,28 @@ void countedWait(void (*wait)(void*), void* arg) {
   else wait(arg);
 }
 
+// Arms `f` in the driver `t` (driver ABI 1.5).
+OmtiaStatus injectInto(const OmtiaDriver* t, const Fault& f) {
+  if (!OMTIA_HAS_FIELD(t, OmtiaDriver, inject_fault) || !t->inject_fault) return OMTIA_ERROR_NOT_SUPPORTED;
+  OmtiaFaultArgs a{};
+  a.struct_size = sizeof a;
+  a.kind = static_cast<int>(f.kind);
+  a.device = f.device;
+  a.stream = f.stream;
+  a.name = f.name.empty() ? nullptr : f.name.c_str();
+  a.after = f.after;
+  a.times = f.times;
+  a.rate = f.rate;
+  a.seed = f.seed;
+  return t->inject_fault(&a);
+}
+
+// This process's rank (torchrun's RANK), for OPENMTIA_FAULTS's rank=R.
+int envRank() {
+  const char* s = std::getenv("RANK");
+  return s && *s ? std::atoi(s) : 0;
+}
+
 // Loads and initializes the driver once (g_load_mu held).
 void load(Driver& d) {
   d.loaded = true;
@@ -179,6 +201,17 @@ void load(Driver& d) {
     if (t->device_properties(0, &p) == OMTIA_SUCCESS && (p.flags & OMTIA_DEVICE_HOST_ADDRESSABLE)) {
       d.error = "the mtia driver " + path + " has no strict memory mode (OPENMTIA_STRICT_MEMORY=1): its device "
                 "memory stays host-addressable";
+      return;
+    }
+  }
+  if (const char* spec = std::getenv("OPENMTIA_FAULTS"); spec && *spec) {
+    try {
+      for (const Fault& f : parseFaults(spec, envRank())) {
+        if (injectInto(t, f) != OMTIA_SUCCESS)
+          throw Error(ErrorCode::kInvalidValue, "the mtia driver " + path + " cannot inject it: " + lastMessage(t));
+      }
+    } catch (const Error& e) {
+      d.error = std::string("OPENMTIA_FAULTS: ") + e.what();
       return;
     }
   }
@@ -532,6 +565,20 @@ void setTracing(TagHook tag, TraceSink sink, SubmitHook submitted) {
   g_tag.store(sink ? tag : nullptr);
   g_sink.store(sink);
   check(T().set_activity_callback(sink ? &tagSubmission : nullptr, sink ? &activity : nullptr, nullptr));
+}
+
+// ------------------------------------------------------------ faults
+
+void injectFault(const Fault& fault) {
+  const OmtiaDriver& t = T();
+  if (!OMTIA_HAS_FIELD(&t, OmtiaDriver, inject_fault) || !t.inject_fault)
+    throw Error(ErrorCode::kNotSupported, std::string("the mtia driver '") + t.name + "' injects no faults");
+  check(injectInto(&t, fault));
+}
+
+void clearFaults() {
+  const OmtiaDriver& t = T();
+  if (OMTIA_HAS_FIELD(&t, OmtiaDriver, clear_faults) && t.clear_faults) check(t.clear_faults());
 }
 
 // ------------------------------------------------------------ graphs

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "engine.h"
+#include "faults.h"
 
 namespace eng = omr::engine;
 
@@ -443,6 +444,27 @@ OmtiaStatus setActivityCallback(OmtiaCorrelationHook correlation, OmtiaActivityC
   });
 }
 
+OmtiaStatus injectFault(const OmtiaFaultArgs* args) {
+  return call([&] {
+    if (!args || args->struct_size < sizeof(OmtiaFaultArgs))
+      throw eng::Error(eng::ErrorCode::kInvalidValue, "inject_fault: null or short OmtiaFaultArgs");
+    eng::faults::Fault f;
+    f.kind = static_cast<eng::faults::Kind>(args->kind);
+    f.device = args->device;
+    f.stream = args->stream;
+    f.name = args->name ? args->name : "";
+    f.after = args->after;
+    f.times = args->times;
+    f.rate = args->rate;
+    f.seed = args->seed;
+    eng::faults::inject(f);
+  });
+}
+
+OmtiaStatus clearFaults() {
+  return call([] { eng::faults::clear(); });
+}
+
 const OmtiaDriver kDriver = {
     sizeof(OmtiaDriver),
     OMTIA_DRIVER_ABI_MAJOR,
@@ -493,6 +515,8 @@ const OmtiaDriver kDriver = {
     &setActivityCallback,
     &setHostWorkHook,
     &workRunsParallel,
+    &injectFault,
+    &clearFaults,
 };
 
 }  // namespace

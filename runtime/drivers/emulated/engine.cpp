@@ -1,6 +1,8 @@
 // Host-CPU emulation of the openmtia device runtime (see openmtia/runtime.h).
 #include "engine.h"
 
+#include "faults.h"
+
 #include <cxxabi.h>
 #include <malloc.h>
 
@@ -387,7 +389,10 @@ struct Stream {
     const bool outer_parallel = t_task_parallel;  // (a task that runs another stream's inline)
     t_task_parallel = false;
     try {
-      if (const char* msg = e.task.fn(e.task.user)) {
+      if (faults::hit(faults::Kind::kKernel, device, label, e.name.c_str())) {
+        failed = true;  // a faulting kernel: it does not run (inject_fault)
+        err = "injected fault: the device faulted in '" + e.name + "'";
+      } else if (const char* msg = e.task.fn(e.task.user)) {
         failed = true;
         err = msg;
       }
@@ -768,7 +773,8 @@ void* deviceMalloc(int device, size_t bytes) {
   size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
   {
     std::lock_guard<std::mutex> lk(d.mem_mu);
-    if (rounded > d.capacity - d.used) throw OutOfMemoryError(device, bytes, d.used, d.capacity);
+    if (rounded > d.capacity - d.used || faults::hit(faults::Kind::kDeviceOutOfMemory, device))
+      throw OutOfMemoryError(device, bytes, d.used, d.capacity);
     d.used += rounded;
   }
   if (strict::enabled()) strict::markHostThread();
@@ -816,7 +822,7 @@ int pointerDevice(const void* ptr) { return pointerAllocation(ptr).device; }
 void* hostMallocPinned(size_t bytes) {
   if (bytes == 0) return nullptr;
   size_t rounded = (bytes + kAlignment - 1) / kAlignment * kAlignment;
-  void* p = std::aligned_alloc(kAlignment, rounded);
+  void* p = faults::hit(faults::Kind::kPinnedOutOfMemory, -1) ? nullptr : std::aligned_alloc(kAlignment, rounded);
   if (!p) throw Error(ErrorCode::kOutOfMemory, "pinned host allocation of " + formatBytes(bytes) + " failed");
   Runtime& rt = Runtime::get();
   std::lock_guard<std::mutex> lk(rt.pinned_mu);

@@ -892,6 +892,14 @@ static OmtiaStatus setActivityCallback(OmtiaCorrelationHook correlation, OmtiaAc
   return ok();
 }
 
+/* This driver injects no faults (ABI 1.5): the emulated one does. */
+static OmtiaStatus injectFault(const OmtiaFaultArgs* fault) {
+  (void)fault;
+  return fail(OMTIA_ERROR_NOT_SUPPORTED, "the reference driver injects no faults (the emulated driver does)");
+}
+
+static OmtiaStatus clearFaults(void) { return ok(); }
+
 /* ------------------------------------------------------------ the table */
 
 static const OmtiaDriver kDriver = {
@@ -907,6 +915,7 @@ static const OmtiaDriver kDriver = {
     graphTaskName, graphLaunch, graphClear,
     setWaitHook, setIdleHook, setActivityCallback,
     setHostWorkHook, workRunsParallel,
+    injectFault, clearFaults,
 };
 
 OMTIA_DRIVER_EXPORT const OmtiaDriver* openmtia_driver_get(uint32_t caller_abi_major) {

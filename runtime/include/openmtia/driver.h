@@ -46,7 +46,7 @@ extern "C" {
 #endif
 
 #define OMTIA_DRIVER_ABI_MAJOR 1
-#define OMTIA_DRIVER_ABI_MINOR 4
+#define OMTIA_DRIVER_ABI_MINOR 5
 
 /* The name of the one function a driver library exports. */
 #define OMTIA_DRIVER_ENTRY_POINT "openmtia_driver_get"
@@ -238,6 +238,29 @@ typedef uint64_t (*OmtiaCorrelationHook)(void);
 /* Called on a driver thread once a piece of work ran. */
 typedef void (*OmtiaActivityCallback)(const OmtiaActivityRecord* record, void* user);
 
+/* ------------------------------------------------------------ faults (ABI 1.5) */
+
+/* Faults on demand, for tests of error paths: the driver fails as a real
+ * device would, when asked. */
+typedef enum OmtiaFaultKind {
+  OMTIA_FAULT_DEVICE_OOM = 1, /* mem_alloc returns OMTIA_ERROR_OUT_OF_MEMORY */
+  OMTIA_FAULT_PINNED_OOM = 2, /* host_alloc returns OMTIA_ERROR_OUT_OF_MEMORY */
+  OMTIA_FAULT_KERNEL = 3      /* a piece of work faults instead of running: its
+                                 stream's error, at the next synchronization */
+} OmtiaFaultKind;
+
+typedef struct OmtiaFaultArgs {
+  size_t struct_size;
+  int kind;          /* OmtiaFaultKind */
+  int device;        /* the device whose events count (-1: any; pinned memory has none) */
+  int64_t stream;    /* OMTIA_FAULT_KERNEL: work of the stream of this label only (-1: any) */
+  const char* name;  /* OMTIA_FAULT_KERNEL: work of this name only (NULL: any); copied */
+  uint64_t after;    /* the matching event that fails first, counted from the injection (1: the next) */
+  uint64_t times;    /* how many matching events fail from there on (0: every one) */
+  double rate;       /* > 0: instead, each matching event fails with this probability */
+  uint64_t seed;     /* of the rate's draws: the same seed fails the same events */
+} OmtiaFaultArgs;
+
 /* ------------------------------------------------------------ the table */
 
 typedef struct OmtiaDriver {
@@ -346,6 +369,10 @@ typedef struct OmtiaDriver {
    * the calling piece runs on such a host thread (its team is best ended
    * after the piece: the host work hook's end), else 0. */
   OmtiaStatus (*work_runs_parallel)(int* on_host);
+  /* ABI 1.5: arm a fault (OmtiaFaultArgs), or disarm them all. A driver
+   * that cannot inject a kind returns OMTIA_ERROR_NOT_SUPPORTED. */
+  OmtiaStatus (*inject_fault)(const OmtiaFaultArgs* fault);
+  OmtiaStatus (*clear_faults)(void);
 } OmtiaDriver;
 
 /* The entry point: the driver's table (static, never freed), or null if it

@@ -313,6 +313,40 @@ using TraceSink = void (*)(const TaskRecord& record);  // called on the worker t
 using SubmitHook = void (*)(int begin);
 void setTracing(TagHook tag, TraceSink sink, SubmitHook submitted = nullptr);
 
+// ---------------------------------------------------------------- faults
+// Faults on demand, for tests of error paths (driver ABI 1.5; docs/faults.md):
+// the driver fails as a real device would, when asked. A fault counts the
+// events it matches (a device's allocations, pinned allocations, or the
+// pieces of work of a device, stream and name) and fails from the `after`-th
+// on `times` of them (0: every one), or each with a seeded probability.
+enum class FaultKind {
+  kDeviceOutOfMemory = 1,  // a device allocation: out of memory
+  kPinnedOutOfMemory = 2,  // a pinned host allocation: out of memory
+  kKernel = 3,             // a piece of work faults instead of running (its stream's error)
+};
+struct Fault {
+  FaultKind kind = FaultKind::kKernel;
+  int device = -1;      // -1: any
+  StreamId stream = -1;  // kKernel: -1: any
+  std::string name;      // kKernel: the work's name, e.g. "aten::mm" ("": any)
+  uint64_t after = 1;
+  uint64_t times = 1;
+  double rate = 0;
+  uint64_t seed = 0;
+};
+// A fault list as OPENMTIA_FAULTS gives it: faults separated by ";", each
+// a kind (oom, pinned_oom, kernel) and settings after ":" separated by ","
+// (device=D, stream=S, op=NAME, after=N, times=N, rate=P, seed=N, rank=R):
+// "kernel:op=aten::mm,after=3;oom:device=1,times=0". A fault for another
+// rank than `rank` is left out. Throws Error(kInvalidValue) saying what is
+// wrong.
+std::vector<Fault> parseFaults(const std::string& spec, int rank);
+// Arms a fault (kNotSupported: the driver injects none), or disarms them all.
+// OPENMTIA_FAULTS's are armed when the driver loads (an unreadable list
+// makes the devices unavailable, saying why).
+void injectFault(const Fault& fault);
+void clearFaults();
+
 // ---------------------------------------------------------------- graphs
 // While a stream is captured, tasks launched on it are recorded into a graph
 // instead of running; synchronizing or querying it, or recording an event on

@@ -3,11 +3,10 @@
 // headers ship in the wheel) for the MTIA activity types. While a trace
 // records, every submission to a stream (a task, a copy, an event record or
 // wait, a graph replay) gets a correlation id of its own, unique in the
-// process, and a launch event on the submitting thread (MTIA_RUNTIME,
-// "runFunction - job_prep_and_submit_for_execution", as a real MTIA
-// runtime's), spanning the submission; the driver reports the work when it
-// ran (MTIA_CCP_EVENTS) with that id, and the trace links the two with a flow
-// arrow. The device event's "External id" is the launching host op's, so
+// process, and a launch event on the submitting thread (MTIA_RUNTIME, named
+// as a real MTIA runtime's calls: traceNames), spanning the submission; the
+// driver reports the work when it ran (MTIA_CCP_EVENTS) with that id, and
+// the trace links the two with a flow arrow. The device event's "External id" is the launching host op's, so
 // torch counts its time as that op's device time. Streams are numbered as a
 // real MTIA's (the default stream 1, the pool's 101 and up: no work on a
 // stream 0); each device's row is named from its own index.
@@ -130,35 +129,32 @@ std::string jsonSafe(std::string text) {
 // stream 1, the others from 101.
 int64_t traceStream(int stream) { return stream == 0 ? 1 : 100 + stream; }
 
-// A piece of work's name in traces, in the names tools sort device work by:
-// copies (the driver names them "Memcpy HtoD (Pinned -> Device)" and so on:
-// memory), collectives ("hccl:", MTIA's collective library: communication),
-// waits and event records ("Stream Wait Event Sync", "Event Record Sync":
-// synchronization, by HTA 0.5.0's "^.*Sync" and its source's "^Stream Wait
-// Event"; not CUDA's exact "Stream Wait Event", which HTA takes for a
-// cuda_sync record and keeps in a critical path's window without its launch);
-// a kernel is its host op's name after "mtia:", so that tables list an op
-// and its kernel apart.
-std::string traceName(const std::string& name) {
-  if (name.rfind("Memcpy", 0) == 0 || name.rfind("Memset", 0) == 0) return name;
-  if (name.rfind("c10d:", 0) == 0) return "hccl:" + name.substr(5);
-  if (name == "stream_wait_event" || name == "c10d_wait") return "Stream Wait Event Sync";
-  if (name == "event_record") return "Event Record Sync";
-  return "mtia:" + name;
-}
-
-// A launch's name in traces, by the kind of work it submits, as a real MTIA
-// runtime names its host calls: a kernel (or collective) "runFunction -
-// job_prep_and_submit_for_execution" (the launches tools count as kernel
-// launches), a copy "enqueueCommand memcpyHtoDAsync" and so on by
-// direction, a wait "enqueueCommand waitOnEvent", an event record
-// "recordEvent". `name` is the work's own name, before traceName.
-std::string launchName(const std::string& name) {
-  if (name.rfind("Memcpy ", 0) == 0 && name.size() >= 11) return "enqueueCommand memcpy" + name.substr(7, 4) + "Async";
-  if (name.rfind("Memset", 0) == 0) return "enqueueCommand memsetAsync";
-  if (name == "stream_wait_event" || name == "c10d_wait") return "enqueueCommand waitOnEvent";
-  if (name == "event_record") return "recordEvent";
-  return "runFunction - job_prep_and_submit_for_execution";
+// A piece of work's names in traces, by its kind, in the names tools sort
+// device work by. The device event's: a copy keeps the driver's name
+// ("Memcpy HtoD (Pinned -> Device)" and so on: memory), a collective is
+// "hccl:" (MTIA's collective library: communication), a wait and an event
+// record "Stream Wait Event Sync" and "Event Record Sync" (synchronization,
+// by HTA 0.5.0's "^.*Sync" and its source's "^Stream Wait Event"; not CUDA's
+// exact "Stream Wait Event", which HTA takes for a cuda_sync record and keeps
+// in a critical path's window without its launch), a kernel its host op's
+// name after "mtia:", so that tables list an op and its kernel apart. The
+// launch's, as a real MTIA runtime names its host calls: "enqueueCommand
+// memcpyHtoDAsync" and so on by direction, "enqueueCommand memsetAsync",
+// "enqueueCommand waitOnEvent", "recordEvent", and for a kernel or a
+// collective "runFunction - job_prep_and_submit_for_execution" (the
+// launches tools count as kernel launches).
+struct TraceNames {
+  std::string device, launch;
+};
+TraceNames traceNames(const std::string& name) {
+  static const std::string kKernelLaunch = "runFunction - job_prep_and_submit_for_execution";
+  if (name.rfind("Memcpy ", 0) == 0 && name.size() >= 11)
+    return {name, "enqueueCommand memcpy" + name.substr(7, 4) + "Async"};
+  if (name.rfind("Memset", 0) == 0) return {name, "enqueueCommand memsetAsync"};
+  if (name.rfind("c10d:", 0) == 0) return {"hccl:" + name.substr(5), kKernelLaunch};
+  if (name == "stream_wait_event" || name == "c10d_wait") return {"Stream Wait Event Sync", "enqueueCommand waitOnEvent"};
+  if (name == "event_record") return {"Event Record Sync", "recordEvent"};
+  return {"mtia:" + name, kKernelLaunch};
 }
 
 class Session final : public IActivityProfilerSession {
@@ -221,7 +217,8 @@ class Session final : public IActivityProfilerSession {
       auto work = ran.find(l.correlation);
       if (work == ran.end()) continue;
       const Record& r = *work->second;
-      auto act = std::make_unique<GenericTraceActivity>(buffer_->span, ActivityType::MTIA_RUNTIME, launchName(r.name));
+      auto act = std::make_unique<GenericTraceActivity>(buffer_->span, ActivityType::MTIA_RUNTIME,
+                                                        traceNames(r.name).launch);
       act->addMetadata("device", r.device);
       act->addMetadata("stream_id", traceStream(r.stream));
       act->startTime = l.start_ns;
@@ -236,7 +233,7 @@ class Session final : public IActivityProfilerSession {
     }
     for (const Record& r : records_) {
       auto act = std::make_unique<GenericTraceActivity>(buffer_->span, ActivityType::MTIA_CCP_EVENTS,
-                                                        traceName(r.name));
+                                                        traceNames(r.name).device);
       const int64_t stream = traceStream(r.stream);
       act->startTime = r.start_ns;
       act->endTime = r.end_ns;

@@ -469,3 +469,50 @@ def test_a_profile_in_a_forked_child(tmp_path):
     child, parent = [line for line in out.stdout.splitlines() if line.startswith(("mtia profile", "parent"))]
     assert child.split("|") == ["mtia profile: Cannot re-initialize MTIA in forked subprocess", "cpu profile: True"], child
     assert parent == "parent 24.0 0"
+
+
+def test_work_of_threads_that_ended_is_in_the_trace_and_the_next_profile_has_its_own_only(tmp_path):
+    # each launching thread records into a buffer of its own: a thread that
+    # ends before the profile does leaves its work in the trace, and the next
+    # profile (on the same threads' buffers) holds none of the last one's
+    x = torch.ones(64, device="mtia")
+
+    def work(op, n):
+        for _ in range(n):
+            op(x, 1)
+
+    def trace(name):
+        path = str(tmp_path / name)
+        p.export_chrome_trace(path)
+        events = json.load(open(path))["traceEvents"]
+        device = [e for e in events if e.get("cat") == "mtia_ccp_events"]
+        launches = {e["args"]["correlation"]: e for e in events if e.get("cat") == "mtia_runtime"}
+        return device, launches
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.MTIA]) as p:
+        tids = []
+        for _ in range(3):
+            t = threading.Thread(target=work, args=(torch.add, 5))
+            t.start()
+            t.join()
+            tids.append(t.native_id)
+        work(torch.add, 2)
+        torch.mtia.synchronize()
+    device, launches = trace("first.json")
+    adds = [e for e in device if e["name"] == "mtia:aten::add"]
+    assert len(adds) == 17, [e["name"] for e in device]
+    by_thread = {}
+    for e in adds:
+        tid = launches[e["args"]["correlation"]]["tid"]
+        by_thread[tid] = by_thread.get(tid, 0) + 1
+    assert by_thread == {**{t: 5 for t in tids}, threading.get_native_id(): 2}, by_thread
+    assert [e["ts"] for e in device] == sorted(e["ts"] for e in device)  # in the order the work ran
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.MTIA]) as p:
+        t = threading.Thread(target=work, args=(torch.mul, 3))  # (a thread may take an ended one's buffer)
+        t.start()
+        t.join()
+        torch.mtia.synchronize()
+    device, launches = trace("second.json")
+    assert sorted(e["name"] for e in device) == ["mtia:aten::mul"] * 3, [e["name"] for e in device]
+    assert all(launches[e["args"]["correlation"]]["tid"] == t.native_id for e in device)

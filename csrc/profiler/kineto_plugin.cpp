@@ -18,10 +18,7 @@
 #include <output_base.h>
 #include <unistd.h>
 
-#include <atomic>
-#include <chrono>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -29,89 +26,12 @@
 
 #include "openmtia/runtime.h"
 #include "profiler/kineto_plugin.h"
-#include "runtime/tracing.h"
+#include "profiler/trace_records.h"
 
 namespace openmtia::profiler {
 namespace {
 
 using namespace libkineto;
-
-// Correlation ids Kineto pushes around each host op, per launching thread.
-thread_local std::vector<uint64_t> tls_correlation;
-uint64_t currentCorrelation() { return tls_correlation.empty() ? 0 : tls_correlation.back(); }
-
-int64_t nowNs() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-struct Record {  // a piece of device work, as the driver reported it
-  int device;
-  int stream;
-  std::string name;
-  uint64_t correlation;
-  int64_t start_ns, end_ns;
-  std::string error;  // its failure's message ("" if it ran)
-};
-
-struct Launch {  // a submission's launch event
-  uint64_t correlation;
-  uint64_t external;  // the launching host op's correlation (Kineto's), or 0
-  int32_t tid;
-  int64_t start_ns, end_ns;
-};
-
-std::mutex g_mu;
-std::vector<Record>* g_records = nullptr;  // the recording session's, or none
-std::vector<Launch>* g_launches = nullptr;
-std::vector<std::pair<uint64_t, int64_t>>* g_ends = nullptr;  // (correlation, end of its submission)
-// Correlation ids of device work: never reused in the process (a trace
-// exported per profiler step holds them unique too), and apart from the
-// host ops' (Kineto's own, counted from 1), which share the trace's
-// "correlation" namespace in torch's events: 2^30 up (a trace's ids are
-// 32-bit).
-constexpr uint64_t kFirstCorrelation = uint64_t{1} << 30;
-std::atomic<uint64_t> g_next_correlation{kFirstCorrelation};
-
-// The thread's submissions in progress (nested: a task run inline may
-// submit), each with its start and the correlation the tag hook gave it.
-struct Submission {
-  int64_t start_ns;
-  uint64_t correlation;
-};
-thread_local std::vector<Submission> t_submissions;
-
-void submitted(int begin) {
-  if (begin) {
-    t_submissions.push_back({nowNs(), 0});
-    return;
-  }
-  if (t_submissions.empty()) return;
-  const Submission s = t_submissions.back();
-  t_submissions.pop_back();
-  if (!s.correlation) return;
-  std::lock_guard<std::mutex> lk(g_mu);
-  if (g_ends) g_ends->emplace_back(s.correlation, nowNs());
-}
-
-// The tag hook: on the submitting thread, inside the submission.
-uint64_t tagSubmission() {
-  const uint64_t id = ++g_next_correlation;
-  const int64_t now = nowNs();
-  Launch l{id, currentCorrelation(), libkineto::systemThreadId(), now, now};
-  if (!t_submissions.empty()) {
-    l.start_ns = t_submissions.back().start_ns;
-    t_submissions.back().correlation = id;
-  }
-  std::lock_guard<std::mutex> lk(g_mu);
-  if (g_launches) g_launches->push_back(l);
-  return id;
-}
-
-void collect(const omr::TaskRecord& r) {
-  std::lock_guard<std::mutex> lk(g_mu);
-  if (g_records) g_records->push_back({r.device, r.stream, r.name, r.tag, r.start_ns, r.end_ns, r.error ? r.error : ""});
-}
 
 // `text` as a JSON string's inside: Kineto writes a quoted metadata value as
 // it is, but for backslashes, which it turns to slashes; so double quotes
@@ -159,20 +79,15 @@ TraceNames traceNames(const std::string& name) {
 
 class Session final : public IActivityProfilerSession {
  public:
-  ~Session() override { detach(); }
+  ~Session() override {
+    detach();
+    drain();  // (a session dropped unstopped: its records' memory back)
+  }
 
   void start() override {
-    {
-      std::lock_guard<std::mutex> lk(g_mu);
-      records_.clear();
-      launches_.clear();
-      ends_.clear();
-      g_records = &records_;
-      g_launches = &launches_;
-      g_ends = &ends_;
-    }
-    // (runtime/tracing.h: tasks and host work)
-    openmtia::setTracing(&tagSubmission, &collect, &submitted);
+    records_.clear();
+    launches_.clear();
+    id_ = beginRecording();
     status_ = TraceStatus::RECORDING;
   }
 
@@ -182,6 +97,7 @@ class Session final : public IActivityProfilerSession {
       if (!omr::inBadFork()) omr::deviceWaitIdle(d);
     }
     detach();
+    drain();
     status_ = TraceStatus::READY;
   }
 
@@ -192,7 +108,6 @@ class Session final : public IActivityProfilerSession {
   void processTrace(ActivityLogger& logger, getLinkedActivityCallback linked, int64_t start, int64_t end) override {
     buffer_ = std::make_unique<CpuTraceBuffer>();
     buffer_->span = TraceSpan(start, end, "openmtia");
-    std::unordered_map<uint64_t, int64_t> ends(ends_.begin(), ends_.end());
     std::unordered_map<uint64_t, const Launch*> launched;
     for (const Launch& l : launches_) launched.emplace(l.correlation, &l);
     const int32_t pid = static_cast<int32_t>(getpid());
@@ -218,12 +133,11 @@ class Session final : public IActivityProfilerSession {
       if (work == ran.end()) continue;
       const Record& r = *work->second;
       auto act = std::make_unique<GenericTraceActivity>(buffer_->span, ActivityType::MTIA_RUNTIME,
-                                                        traceNames(r.name).launch);
+                                                        traceNames(*r.name).launch);
       act->addMetadata("device", r.device);
       act->addMetadata("stream_id", traceStream(r.stream));
       act->startTime = l.start_ns;
-      auto e = ends.find(l.correlation);
-      act->endTime = e != ends.end() && e->second >= l.start_ns ? e->second : l.start_ns;
+      act->endTime = std::max(l.end_ns, l.start_ns);
       act->device = pid;
       act->resource = l.tid;
       act->threadId = l.tid;
@@ -233,7 +147,7 @@ class Session final : public IActivityProfilerSession {
     }
     for (const Record& r : records_) {
       auto act = std::make_unique<GenericTraceActivity>(buffer_->span, ActivityType::MTIA_CCP_EVENTS,
-                                                        traceNames(r.name).device);
+                                                        traceNames(*r.name).device);
       const int64_t stream = traceStream(r.stream);
       act->startTime = r.start_ns;
       act->endTime = r.end_ns;
@@ -269,23 +183,17 @@ class Session final : public IActivityProfilerSession {
 
   std::unique_ptr<CpuTraceBuffer> getTraceBuffer() override { return std::move(buffer_); }
 
-  void pushCorrelationId(uint64_t id) override { tls_correlation.push_back(id); }
-  void popCorrelationId() override {
-    if (!tls_correlation.empty()) tls_correlation.pop_back();
-  }
+  void pushCorrelationId(uint64_t id) override { pushHostCorrelation(id); }
+  void popCorrelationId() override { popHostCorrelation(); }
 
  private:
-  void detach() {
-    openmtia::setTracing(nullptr, nullptr, nullptr);
-    std::lock_guard<std::mutex> lk(g_mu);
-    if (g_records == &records_) g_records = nullptr;
-    if (g_launches == &launches_) g_launches = nullptr;
-    if (g_ends == &ends_) g_ends = nullptr;
-  }
+  void detach() { endRecording(id_); }
+  // Takes the session's records from the threads' buffers.
+  void drain() { takeRecords(id_, records_, launches_); }
 
+  uint64_t id_ = 0;
   std::vector<Record> records_;
   std::vector<Launch> launches_;
-  std::vector<std::pair<uint64_t, int64_t>> ends_;
   std::unique_ptr<CpuTraceBuffer> buffer_;
   std::set<std::pair<int, int64_t>> streams_;
 };

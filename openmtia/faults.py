@@ -10,17 +10,23 @@ Kinds: "oom" (a device allocation runs out of memory: the caching
 allocator frees its cache and retries, then raises torch.OutOfMemoryError
 after calling the out-of-memory observers), "pinned_oom" (a pinned host
 allocation), "kernel" (a piece of work faults instead of running: its
-stream's error, raised at the next synchronization, as CUDA's).
+stream's error, torch.AcceleratorError at the next synchronization, as
+CUDA's; with sticky=True the device's context is lost too: every later call
+on it raises, until the process restarts), "lost" (at a piece of work the
+device falls off the bus: that work and the work queued after it never
+run, and every later call on the device raises torch.AcceleratorError
+saying it is lost; other devices go on).
 
-Settings (each optional): device=D and, for kernels, stream=S (a stream's
-id) and op=NAME (the work's name: the aten op, "aten::mm"); after=N (the
+Settings (each optional): device=D and, for kernels and lost devices,
+stream=S (a stream's id) and op=NAME (the work's name: the aten op,
+"aten::mm"), for kernels sticky=True; after=N (the
 N-th matching event from now fails first; 1, the next, by default),
 times=N (how many fail from there; 1 by default, 0: every one), or
 rate=P with seed=N (each matching event fails with probability P, the
 same ones for the same seed); rank=R (only on that rank).
 
 The environment variable OPENMTIA_FAULTS takes the same faults, for an
-unmodified program or a torchrun job: "kernel:op=aten::mm,after=3;oom:device=1".
+unmodified program or a torchrun job: "kernel:op=aten::mm,after=3;oom:device=1;lost:device=1,after=100".
 The emulated driver injects them; with the reference driver, inject()
 raises RuntimeError ("injects no faults").
 """
@@ -47,12 +53,14 @@ def _spec(kind, settings):
             continue
         if key == "stream" and hasattr(value, "stream_id"):
             value = value.stream_id  # a torch.Stream
+        if isinstance(value, bool):
+            value = int(value)
         parts.append(f"{key}={value}")
     return kind + (":" + ",".join(parts) if parts else "")
 
 
 def inject(kind, **settings):
-    """Arms a fault: `kind` ("oom", "pinned_oom", "kernel") with the
+    """Arms a fault: `kind` ("oom", "pinned_oom", "kernel", "lost") with the
     settings above. Raises ValueError for an unknown kind or setting."""
     spec = _spec(kind, settings)
     if ";" in spec:

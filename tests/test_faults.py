@@ -83,13 +83,32 @@ def test_a_kernel_fault_raises_at_the_next_synchronization_naming_the_op():
     with faults.injected("kernel", op="aten::mm"):
         y = a @ b  # the call returns: the kernel faults on the device
         z = a + b
-        with pytest.raises(RuntimeError, match=r"asynchronous task 'aten::mm' failed on mtia:0 stream \d+: "
-                                               r"injected fault: the device faulted in 'aten::mm'"):
+        # (a device's error is torch.AcceleratorError, a RuntimeError, as CUDA's)
+        with pytest.raises(torch.AcceleratorError, match=r"asynchronous task 'aten::mm' failed on mtia:0 stream \d+: "
+                                                         r"injected fault: the device faulted in 'aten::mm'") as e:
             torch.mtia.synchronize()
+        assert e.value.error_code == 4  # (the driver's OMTIA_ERROR_TASK_FAILED)
     del y
     # the fault was not sticky: the device and its other work go on, as CPU's
     torch.testing.assert_close(z.cpu(), a.cpu() + b.cpu())
     torch.testing.assert_close((a @ b).cpu(), a.cpu() @ b.cpu())
+
+
+def test_a_kernel_fault_in_a_signatures_first_call_raises_at_the_next_synchronization():
+    # a signature's first call runs its kernel on the host thread, at the
+    # call (its argument errors raise there): a fault armed for it still
+    # counts it and raises at the next synchronization, as a launched one's
+    a = torch.randn(33, 17, device="mtia")
+    b = torch.randn(17, 5, device="mtia")  # (a shape no other test multiplies)
+    torch.mtia.synchronize()
+    with faults.injected("kernel", op="aten::mm"):
+        y = a @ b  # returns
+        with pytest.raises(torch.AcceleratorError, match=r"asynchronous task 'aten::mm' failed on mtia:0 stream \d+: "
+                                                         r"injected fault: the device faulted in 'aten::mm'"):
+            torch.mtia.synchronize()
+    torch.mtia.synchronize()  # once
+    torch.testing.assert_close((a @ b).cpu(), a.cpu() @ b.cpu())
+    del y
 
 
 def test_the_nth_piece_of_work_on_a_stream_faults():
@@ -138,6 +157,8 @@ def test_bad_faults_are_value_errors():
         faults.inject("oom", op="aten::mm")
     with pytest.raises(ValueError, match="not a probability"):
         faults.inject("kernel", rate=2)
+    with pytest.raises(ValueError, match="unknown setting 'sticky'"):
+        faults.inject("lost", sticky=True)
 
 
 def test_openmtia_faults_faults_an_unmodified_program():
@@ -195,3 +216,63 @@ def test_the_reference_driver_says_it_injects_none():
         print((torch.ones(3, device="mtia") * 2).sum().item())
     """, OPENMTIA_DRIVER="reference")
     assert "the reference driver injects no faults" in out and "6.0" in out, out
+
+
+# A device broken by a sticky fault or lost stays so for the rest of its
+# process (as a CUDA context after a sticky error): each case runs in a
+# process of its own, with two devices.
+BROKEN_DEVICE = """
+    import torch, openmtia.faults as faults
+    a = torch.randn(64, 64, device="mtia")
+    b = torch.randn(64, 64, device="mtia:1")
+    expected = a.cpu() @ a.cpu()
+    (a @ a).sum().item()  # (the signature's first call ran already)
+    faults.inject(KIND, **SETTINGS)
+    y = a @ a  # returns: the device faults in the kernel
+    z = a + 1  # queued behind it: never runs
+    def error(f):
+        try:
+            f()
+        except torch.AcceleratorError as e:
+            return e.error_code, str(e)
+        raise AssertionError("no error")
+    first = error(torch.mtia.synchronize)
+    assert first[0] == CODE and SAYS in first[1], first
+    # every later call on the device fails the same way, not once
+    for call in (torch.mtia.synchronize, lambda: a + 1, lambda: a.cpu(), lambda: torch.mtia.Event().record(),
+                 lambda: torch.ones(3).to("mtia"), lambda: torch.mtia.current_stream().synchronize()):
+        assert error(call) == first, error(call)
+    # the other device goes on, as CPU
+    torch.testing.assert_close((b @ b).cpu(), b.cpu() @ b.cpu())
+    del a, y, z  # (frees do not fail)
+    torch.mtia.empty_cache()
+    print("ok")
+"""
+
+
+def test_a_sticky_kernel_fault_poisons_its_device_only():
+    out = run(BROKEN_DEVICE.replace("KIND", '"kernel"').replace("SETTINGS", 'dict(op="aten::mm", sticky=True)')
+              .replace("CODE", "4").replace("SAYS", '"mtia:0 is unusable: a sticky fault in \'aten::mm\' on stream 0"'),
+              OPENMTIA_DEVICE_COUNT="2")
+    assert out.strip().endswith("ok"), out
+
+
+def test_a_lost_device_fails_every_later_call_on_it_saying_so_and_the_others_go_on():
+    out = run(BROKEN_DEVICE.replace("KIND", '"lost"').replace("SETTINGS", 'dict(device=0, op="aten::mm")')
+              .replace("CODE", "10").replace("SAYS", '"mtia:0 is lost (it fell off the bus in \'aten::mm\' on stream 0)"'),
+              OPENMTIA_DEVICE_COUNT="2")
+    assert out.strip().endswith("ok"), out
+
+
+def test_a_lost_device_from_the_environment_in_an_unmodified_program():
+    out = run("""
+        import torch
+        x = torch.ones(4, device="mtia")
+        for i in range(10):
+            x = x * 2  # the 3rd mul loses the device
+        try:
+            x.cpu()
+        except torch.AcceleratorError as e:
+            print(e.error_code, str(e).split(":", 1)[1].split("(")[0].strip())
+    """, OPENMTIA_FAULTS="lost:op=aten::mul,after=3")
+    assert out.strip() == "10 mtia:0 is lost", out

@@ -111,7 +111,7 @@ void countedWait(void (*wait)(void*), void* arg) {
   else wait(arg);
 }
 
-// Arms `f` in the driver `t` (driver ABI 1.5).
+// Arms `f` in the driver `t` (driver ABI 1.5; its flags 1.6).
 OmtiaStatus injectInto(const OmtiaDriver* t, const Fault& f) {
   if (!OMTIA_HAS_FIELD(t, OmtiaDriver, inject_fault) || !t->inject_fault) return OMTIA_ERROR_NOT_SUPPORTED;
   OmtiaFaultArgs a{};
@@ -124,6 +124,7 @@ OmtiaStatus injectInto(const OmtiaDriver* t, const Fault& f) {
   a.times = f.times;
   a.rate = f.rate;
   a.seed = f.seed;
+  a.flags = f.sticky ? OMTIA_FAULT_STICKY : 0u;
   return t->inject_fault(&a);
 }
 
@@ -245,6 +246,7 @@ ErrorCode codeOf(OmtiaStatus s) {
     case OMTIA_ERROR_CAPTURING: return ErrorCode::kCapturing;
     case OMTIA_ERROR_FORKED: return ErrorCode::kForked;
     case OMTIA_ERROR_NOT_SUPPORTED: return ErrorCode::kNotSupported;
+    case OMTIA_ERROR_DEVICE_LOST: return ErrorCode::kDeviceLost;
     default: return ErrorCode::kInternal;
   }
 }
@@ -579,6 +581,14 @@ void injectFault(const Fault& fault) {
 void clearFaults() {
   const OmtiaDriver& t = T();
   if (OMTIA_HAS_FIELD(&t, OmtiaDriver, clear_faults) && t.clear_faults) check(t.clear_faults());
+}
+
+bool hostWorkFaults(int device, StreamId stream, const char* name) {
+  const OmtiaDriver& t = T();
+  if (!OMTIA_HAS_FIELD(&t, OmtiaDriver, host_work_fault) || !t.host_work_fault) return false;
+  int faulted = 0;
+  check(t.host_work_fault(handle(device, stream), name, &faulted));
+  return faulted != 0;
 }
 
 // ------------------------------------------------------------ graphs

@@ -45,7 +45,9 @@ std::vector<Fault> parseFaults(const std::string& spec, int rank) {
     if (kind == "oom") f.kind = FaultKind::kDeviceOutOfMemory;
     else if (kind == "pinned_oom") f.kind = FaultKind::kPinnedOutOfMemory;
     else if (kind == "kernel") f.kind = FaultKind::kKernel;
-    else bad(text, "unknown fault kind '" + kind + "' (oom, pinned_oom, kernel)");
+    else if (kind == "lost") f.kind = FaultKind::kDeviceLost;
+    else bad(text, "unknown fault kind '" + kind + "' (oom, pinned_oom, kernel, lost)");
+    const bool work = f.kind == FaultKind::kKernel || f.kind == FaultKind::kDeviceLost;
     bool mine = true;
     if (colon != std::string::npos) {
       for (const std::string& setting : split(text.substr(colon + 1), ',')) {
@@ -53,8 +55,12 @@ std::vector<Fault> parseFaults(const std::string& spec, int rank) {
         if (eq == std::string::npos) bad(text, "'" + setting + "' is not key=value");
         const std::string key = setting.substr(0, eq), v = setting.substr(eq + 1);
         if (key == "device") f.device = static_cast<int>(count(text, key, v));
-        else if (key == "stream" && f.kind == FaultKind::kKernel) f.stream = static_cast<StreamId>(count(text, key, v));
-        else if (key == "op" && f.kind == FaultKind::kKernel && !v.empty()) f.name = v;
+        else if (key == "stream" && work) f.stream = static_cast<StreamId>(count(text, key, v));
+        else if (key == "op" && work && !v.empty()) f.name = v;
+        else if (key == "sticky" && f.kind == FaultKind::kKernel) {
+          if (v != "0" && v != "1") bad(text, "sticky=" + v + " is not 0 or 1");
+          f.sticky = v == "1";
+        }
         else if (key == "after") f.after = count(text, key, v);
         else if (key == "times") f.times = count(text, key, v);
         else if (key == "seed") f.seed = count(text, key, v);
@@ -65,8 +71,9 @@ std::vector<Fault> parseFaults(const std::string& spec, int rank) {
           if (v.empty() || *end || !(f.rate > 0 && f.rate <= 1)) bad(text, "rate=" + v + " is not a probability in (0, 1]");
         } else {
           bad(text, "unknown setting '" + key + "'" +
-                        (f.kind == FaultKind::kKernel ? " (device, stream, op, after, times, rate, seed, rank)"
-                                                      : " (device, after, times, rate, seed, rank)"));
+                        (f.kind == FaultKind::kKernel ? " (device, stream, op, sticky, after, times, rate, seed, rank)"
+                         : work                         ? " (device, stream, op, after, times, rate, seed, rank)"
+                                                        : " (device, after, times, rate, seed, rank)"));
         }
       }
     }

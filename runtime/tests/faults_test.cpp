@@ -2,7 +2,10 @@
 // and the emulated driver below it: what each fault fails, and when.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "openmtia/runtime.h"
@@ -40,6 +43,14 @@ TEST(Faults, ParsesAListAndKeepsThisRanksFaults) {
   EXPECT_EQ(faults[1].kind, omr::FaultKind::kDeviceOutOfMemory);
   EXPECT_EQ(faults[1].device, 1);
   EXPECT_EQ(faults[1].times, 0u);
+  EXPECT_FALSE(faults[0].sticky);
+  auto more = omr::parseFaults("kernel:sticky=1;lost:device=1,op=aten::mm,after=4", 0);
+  ASSERT_EQ(more.size(), 2u);
+  EXPECT_TRUE(more[0].sticky);
+  EXPECT_EQ(more[1].kind, omr::FaultKind::kDeviceLost);
+  EXPECT_EQ(more[1].device, 1);
+  EXPECT_EQ(more[1].name, "aten::mm");
+  EXPECT_EQ(more[1].after, 4u);
   EXPECT_EQ(omr::parseFaults("kernel:rank=1", 1).size(), 1u);
   EXPECT_TRUE(omr::parseFaults("", 0).empty());
 }
@@ -54,7 +65,10 @@ TEST(Faults, ABadListSaysWhatIsWrong) {
     }
     return std::string("no error");
   };
-  EXPECT_EQ(message("hang"), "fault 'hang': unknown fault kind 'hang' (oom, pinned_oom, kernel)");
+  EXPECT_EQ(message("hang"), "fault 'hang': unknown fault kind 'hang' (oom, pinned_oom, kernel, lost)");
+  EXPECT_EQ(message("kernel:sticky=2"), "fault 'kernel:sticky=2': sticky=2 is not 0 or 1");
+  EXPECT_EQ(message("oom:sticky=1"),
+            "fault 'oom:sticky=1': unknown setting 'sticky' (device, after, times, rate, seed, rank)");
   EXPECT_EQ(message("oom:times=-1"), "fault 'oom:times=-1': times=-1 is not a count");
   EXPECT_EQ(message("kernel:after=0"), "fault 'kernel:after=0': after counts from 1 (the next event)");
   EXPECT_EQ(message("pinned_oom:device=0"), "fault 'pinned_oom:device=0': pinned memory belongs to no device");
@@ -100,4 +114,116 @@ TEST(Faults, AnOutOfMemoryFaultFailsDeviceAllocationsOfItsDevice) {
   void* p = omr::deviceMalloc(0, 1024);
   EXPECT_NE(p, nullptr);
   omr::deviceFree(0, p);
+}
+
+namespace {
+
+// A broken device stays broken for the rest of its process: these run in a
+// child process of their own (a death test), which exits 0 if every check
+// held, else 1 after printing the first that did not.
+#define CHILD_CHECK(cond)                                            \
+  do {                                                               \
+    if (!(cond)) {                                                   \
+      std::fprintf(stderr, "failed: %s (line %d)\n", #cond, __LINE__); \
+      std::exit(1);                                                  \
+    }                                                                \
+  } while (0)
+
+// The error code and message of `f`'s omr::Error, or (kInternal, "none").
+template <typename F>
+std::pair<omr::ErrorCode, std::string> errorOf(F&& f) {
+  try {
+    f();
+  } catch (const omr::Error& e) {
+    return {e.code(), e.what()};
+  }
+  return {omr::ErrorCode::kInternal, "none"};
+}
+
+// After `fault` hit a task "bad" on device 0: every call on device 0 fails
+// with `code`, naming the device and `says`; the queued work never ran;
+// device 1 (if any) goes on; frees do not fail.
+void brokenDeviceChild(const omr::Fault& fault, omr::ErrorCode code, const std::string& says) {
+  void* kept = omr::deviceMalloc(0, 1024);
+  const omr::StreamId s = omr::streamFromPool(0, 0);
+  omr::injectFault(fault);
+  bool queued_ran = false;
+  omr::launch(0, s, "bad", [] {});
+  // (accepted while "bad" has not run yet, else refused as every call)
+  auto queued = errorOf([&] { omr::launch(0, s, "queued", [&queued_ran] { queued_ran = true; }); });
+  auto first = errorOf([&] { omr::streamSynchronize(0, s); });
+  CHILD_CHECK(first.first == code);
+  CHILD_CHECK(queued.second == "none" || queued == first);
+  CHILD_CHECK(first.second.find("mtia:0") != std::string::npos && first.second.find(says) != std::string::npos);
+  CHILD_CHECK(!queued_ran);
+  CHILD_CHECK(errorOf([&] { omr::streamSynchronize(0, s); }) == first);  // every later call, not once
+  CHILD_CHECK(errorOf([&] { omr::launch(0, s, "later", [] {}); }) == first);
+  CHILD_CHECK(errorOf([&] { omr::deviceMalloc(0, 1024); }) == first);
+  CHILD_CHECK(errorOf([&] { omr::deviceSynchronize(0); }) == first);
+  CHILD_CHECK(errorOf([&] { omr::deviceFree(0, kept); }).second == "none");
+  if (omr::deviceCount() > 1) {
+    bool ran = false;
+    const omr::StreamId other = omr::streamFromPool(1, 0);
+    omr::launch(1, other, "fine", [&ran] { ran = true; });
+    omr::streamSynchronize(1, other);
+    CHILD_CHECK(ran);
+  }
+  std::exit(0);
+}
+
+}  // namespace
+
+TEST(FaultsDeathTest, AStickyKernelFaultBreaksItsDeviceOnlyAndEveryLaterCallOnItFails) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  omr::Fault f;
+  f.kind = omr::FaultKind::kKernel;
+  f.name = "bad";
+  f.sticky = true;
+  EXPECT_EXIT(brokenDeviceChild(f, omr::ErrorCode::kTaskFailed, "sticky fault in 'bad'"),
+              ::testing::ExitedWithCode(0), "");
+}
+
+TEST(FaultsDeathTest, ALostDeviceFailsEveryLaterCallOnItSayingSoAndOthersGoOn) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  omr::Fault f;
+  f.kind = omr::FaultKind::kDeviceLost;
+  f.device = 0;
+  f.name = "bad";
+  EXPECT_EXIT(brokenDeviceChild(f, omr::ErrorCode::kDeviceLost, "is lost (it fell off the bus in 'bad'"),
+              ::testing::ExitedWithCode(0), "");
+}
+
+TEST(Faults, ANonStickyKernelFaultLeavesItsDeviceUsable) {
+  Cleared cleared;
+  const omr::StreamId s = omr::streamFromPool(0, 0);
+  omr::Fault f;
+  f.kind = omr::FaultKind::kKernel;
+  f.name = "bad";
+  omr::injectFault(f);
+  EXPECT_EQ(failing(s, {"bad", "good", "bad"}), std::vector<std::string>{"bad"});
+  void* p = omr::deviceMalloc(0, 1024);
+  omr::deviceFree(0, p);
+}
+
+TEST(Faults, WorkTheHostRunsItselfCountsAndFailsAtTheStreamsNextSynchronization) {
+  Cleared cleared;
+  const omr::StreamId s = omr::streamFromPool(0, 0);
+  omr::Fault f;
+  f.kind = omr::FaultKind::kKernel;
+  f.name = "host";
+  f.after = 2;
+  omr::injectFault(f);
+  EXPECT_FALSE(omr::hostWorkFaults(0, s, "host"));
+  EXPECT_FALSE(omr::hostWorkFaults(0, s, "other"));
+  omr::streamSynchronize(0, s);
+  EXPECT_TRUE(omr::hostWorkFaults(0, s, "host"));  // the second
+  try {
+    omr::streamSynchronize(0, s);
+    ADD_FAILURE() << "no error at the synchronization";
+  } catch (const omr::TaskError& e) {
+    EXPECT_EQ(e.task, "host");
+    EXPECT_NE(std::string(e.what()).find("injected fault: the device faulted in 'host'"), std::string::npos) << e.what();
+  }
+  omr::streamSynchronize(0, s);  // once
+  EXPECT_FALSE(omr::hostWorkFaults(0, s, "host"));
 }

@@ -122,6 +122,10 @@ void HostCall::run(bool wait) {
   {
     HostKernelScope host_kernel(kernelWork(op_, *stack_, workElements(*stack_)));  // (its threads: aten/threads/kernel_threads.h)
     HostWorkTrace trace(device_, op_.schema().name().c_str());  // device work, in the profiler
+    // (a fault armed for this work fails it as a launched kernel's: the
+    // stream's error at its next synchronization; the kernel still runs, its
+    // results are the call's. A broken device raises here.)
+    OMR_CALL(omr::hostWorkFaults(device_, currentStreamId(device_), op_.schema().name().c_str()));
     if (sparse_key_)  // CPU's sparse kernel (which runs the dense kernels of its members)
       op_.redispatchBoxed(c10::DispatchKeySet(*sparse_key_), stack_);
     else

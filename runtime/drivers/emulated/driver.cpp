@@ -61,6 +61,7 @@ OmtiaStatus statusOf(eng::ErrorCode code) {
     case eng::ErrorCode::kCapturing: return OMTIA_ERROR_CAPTURING;
     case eng::ErrorCode::kForked: return OMTIA_ERROR_FORKED;
     case eng::ErrorCode::kNotSupported: return OMTIA_ERROR_NOT_SUPPORTED;
+    case eng::ErrorCode::kDeviceLost: return OMTIA_ERROR_DEVICE_LOST;
     case eng::ErrorCode::kUnavailable:
     case eng::ErrorCode::kInternal: return OMTIA_ERROR_INTERNAL;
   }
@@ -191,12 +192,38 @@ OmtiaStatus deviceProperties(int device, OmtiaDeviceProperties* props) {
   });
 }
 
+// A call on a device that a sticky fault or its loss broke fails (as a real
+// driver's calls do after a sticky error, or once its device is gone):
+// allocations, copies, launches, synchronizations, event records and
+// queries. Frees, destroys and waits for idleness do not: a program's
+// teardown goes on.
+void usable(int device) { eng::faults::checkUsable(device); }
+
+// A synchronization of `device`'s work: a task's failure that broke the
+// device raises the broken device's error (a lost device says so at once).
+template <typename F>
+void synchronizing(int device, F&& sync) {
+  usable(device);
+  try {
+    sync();
+  } catch (const eng::TaskError&) {
+    usable(device);
+    throw;
+  }
+}
+
 OmtiaStatus memGetInfo(int device, size_t* free_bytes, size_t* total_bytes) {
-  return call([&] { eng::memGetInfo(device, need(free_bytes, "free_bytes"), need(total_bytes, "total_bytes")); });
+  return call([&] {
+    usable(device);
+    eng::memGetInfo(device, need(free_bytes, "free_bytes"), need(total_bytes, "total_bytes"));
+  });
 }
 
 OmtiaStatus memAlloc(int device, size_t bytes, void** ptr) {
-  return call([&] { *need(ptr, "ptr") = eng::deviceMalloc(device, bytes); });
+  return call([&] {
+    usable(device);
+    *need(ptr, "ptr") = eng::deviceMalloc(device, bytes);
+  });
 }
 
 OmtiaStatus memFree(int device, void* ptr) {
@@ -223,12 +250,17 @@ OmtiaStatus pointerGetAttributes(const void* ptr, OmtiaPointerAttributes* attrs)
 }
 
 OmtiaStatus memcpySync(void* dst, const void* src, size_t bytes, OmtiaCopyKind kind) {
-  return call([&] { eng::memcpy(dst, src, bytes, kindOf(kind)); });
+  return call([&] {
+    usable(eng::pointerDevice(dst));
+    usable(eng::pointerDevice(src));
+    eng::memcpy(dst, src, bytes, kindOf(kind));
+  });
 }
 
 OmtiaStatus memcpyAsync(void* dst, const void* src, size_t bytes, OmtiaCopyKind kind, OmtiaStream stream) {
   return call([&] {
     need(stream, "stream");
+    usable(stream->device);
     eng::memcpyAsync(dst, src, bytes, kindOf(kind), stream->device, stream->id);
   });
 }
@@ -267,6 +299,7 @@ OmtiaStatus launchHostFunc(OmtiaStream stream, const OmtiaLaunchArgs* args) {
     need(stream, "stream");
     OMTIA_NEED_FIELDS(args, OmtiaLaunchArgs, name);
     need(args->fn, "args->fn");
+    usable(stream->device);
     // (if the launch throws, the engine did not take the task: destroy is not called)
     const uint32_t flags = OMTIA_HAS_FIELD(args, OmtiaLaunchArgs, flags) ? args->flags : 0;
     eng::launch(stream->device, stream->id, args->name ? args->name : "",
@@ -280,6 +313,7 @@ OmtiaStatus streamQuery(OmtiaStream stream) {
   bool idle = false;
   OmtiaStatus s = call([&] {
     need(stream, "stream");
+    usable(stream->device);
     idle = eng::streamQuery(stream->device, stream->id);
   });
   if (s != OMTIA_SUCCESS) return s;
@@ -289,19 +323,22 @@ OmtiaStatus streamQuery(OmtiaStream stream) {
 OmtiaStatus streamSynchronize(OmtiaStream stream) {
   return call([&] {
     need(stream, "stream");
-    eng::streamSynchronize(stream->device, stream->id);
+    synchronizing(stream->device, [&] { eng::streamSynchronize(stream->device, stream->id); });
   });
 }
 
 OmtiaStatus streamWaitEvent(OmtiaStream stream, OmtiaEvent event) {
   return call([&] {
     need(stream, "stream");
+    usable(stream->device);
     eng::streamWaitEvent(stream->device, stream->id, need(event, "event")->event);
   });
 }
 
 OmtiaStatus deviceSynchronize(int device) {
-  return call([&] { eng::deviceSynchronize(device); });
+  return call([&] {
+    synchronizing(device, [&] { eng::deviceSynchronize(device); });
+  });
 }
 
 OmtiaStatus deviceWaitIdle(int device) {
@@ -331,19 +368,25 @@ OmtiaStatus eventDestroy(OmtiaEvent event) {
 OmtiaStatus eventRecord(OmtiaEvent event, OmtiaStream stream) {
   return call([&] {
     need(stream, "stream");
+    usable(stream->device);
     eng::eventRecord(need(event, "event")->event, stream->device, stream->id);
   });
 }
 
 OmtiaStatus eventQuery(OmtiaEvent event) {
   bool done = false;
-  OmtiaStatus s = call([&] { done = eng::eventQuery(need(event, "event")->event); });
+  OmtiaStatus s = call([&] {
+    usable(eng::eventDevice(need(event, "event")->event));
+    done = eng::eventQuery(event->event);
+  });
   if (s != OMTIA_SUCCESS) return s;
   return done ? OMTIA_SUCCESS : fail(OMTIA_ERROR_NOT_READY, "the event's record has not been reached");
 }
 
 OmtiaStatus eventSynchronize(OmtiaEvent event) {
-  return call([&] { eng::eventSynchronize(need(event, "event")->event); });
+  return call([&] {
+    synchronizing(eng::eventDevice(need(event, "event")->event), [&] { eng::eventSynchronize(event->event); });
+  });
 }
 
 OmtiaStatus eventElapsedMs(OmtiaEvent start, OmtiaEvent end, double* ms) {
@@ -407,6 +450,7 @@ OmtiaStatus graphTaskName(OmtiaGraph graph, size_t index, const char** name) {
 OmtiaStatus graphLaunch(OmtiaGraph graph, OmtiaStream stream) {
   return call([&] {
     need(stream, "stream");
+    usable(stream->device);
     eng::graphLaunch(need(graph, "graph")->graph, stream->device, stream->id);
   });
 }
@@ -446,7 +490,7 @@ OmtiaStatus setActivityCallback(OmtiaCorrelationHook correlation, OmtiaActivityC
 
 OmtiaStatus injectFault(const OmtiaFaultArgs* args) {
   return call([&] {
-    if (!args || args->struct_size < sizeof(OmtiaFaultArgs))
+    if (!args || args->struct_size < offsetof(OmtiaFaultArgs, seed) + sizeof args->seed)
       throw eng::Error(eng::ErrorCode::kInvalidValue, "inject_fault: null or short OmtiaFaultArgs");
     eng::faults::Fault f;
     f.kind = static_cast<eng::faults::Kind>(args->kind);
@@ -457,12 +501,22 @@ OmtiaStatus injectFault(const OmtiaFaultArgs* args) {
     f.times = args->times;
     f.rate = args->rate;
     f.seed = args->seed;
+    f.sticky = OMTIA_HAS_FIELD(args, OmtiaFaultArgs, flags) && (args->flags & OMTIA_FAULT_STICKY);
     eng::faults::inject(f);
   });
 }
 
 OmtiaStatus clearFaults() {
   return call([] { eng::faults::clear(); });
+}
+
+OmtiaStatus hostWorkFault(OmtiaStream stream, const char* name, int* faulted) {
+  return call([&] {
+    need(stream, "stream");
+    need(faulted, "faulted");
+    usable(stream->device);
+    *faulted = eng::hostWorkFaults(stream->device, stream->id, name ? name : "") ? 1 : 0;
+  });
 }
 
 const OmtiaDriver kDriver = {
@@ -517,6 +571,7 @@ const OmtiaDriver kDriver = {
     &workRunsParallel,
     &injectFault,
     &clearFaults,
+    &hostWorkFault,
 };
 
 }  // namespace

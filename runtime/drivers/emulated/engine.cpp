@@ -376,6 +376,34 @@ struct Stream {
   // is queued to, up to that record (else, with that stream's worker
   // asleep or without a core, the host would only wait for it).
   static void helpRecord(EventState* st, uint64_t version);
+  // The stream's error, raised at its next synchronization (the first one
+  // recorded since the last raise).
+  void recordError(const std::string& task, const std::string& msg) {
+    std::lock_guard<std::mutex> lk(mu);
+    if (has_error) return;
+    has_error = true;
+    error_task = task;
+    error_msg = msg;
+  }
+  // A faulted piece of work's error; a sticky fault or a lost device breaks
+  // the device (faults.h) from now on.
+  std::string faultedWork(faults::WorkFault fault, const std::string& name) {
+    const std::string where = "'" + name + "' on stream " + std::to_string(label);
+    const std::string dev = "mtia:" + std::to_string(device);
+    if (fault == faults::WorkFault::kLost) {
+      faults::breakDevice(device, true, "openmtia: " + dev + " is lost (it fell off the bus in " + where +
+                                            "): its memory and queued work are gone, and every later call on it "
+                                            "fails until the process restarts");
+      return "injected fault: " + dev + " fell off the bus in '" + name + "'";
+    }
+    if (fault == faults::WorkFault::kStickyFault) {
+      faults::breakDevice(device, false, "openmtia: " + dev + " is unusable: a sticky fault in " + where +
+                                             " corrupted its context, and every later call on it fails until the "
+                                             "process restarts (as CUDA's sticky errors)");
+      return "injected fault: the device faulted in '" + name + "' (sticky: " + dev + "'s context is lost)";
+    }
+    return "injected fault: the device faulted in '" + name + "'";
+  }
   // Runs one task (on the worker, on a host thread that helps, or inline
   // after stopWorkers()) and publishes its completion. Returns whether it
   // ran parallel regions (workRunsParallel()).
@@ -389,9 +417,13 @@ struct Stream {
     const bool outer_parallel = t_task_parallel;  // (a task that runs another stream's inline)
     t_task_parallel = false;
     try {
-      if (faults::hit(faults::Kind::kKernel, device, label, e.name.c_str())) {
-        failed = true;  // a faulting kernel: it does not run (inject_fault)
-        err = "injected fault: the device faulted in '" + e.name + "'";
+      faults::WorkFault fault = faults::WorkFault::kNone;
+      if (faults::broken(device)) {
+        failed = true;  // a broken device runs nothing more
+        err = faults::brokenMessage(device);
+      } else if ((fault = faults::workHit(device, label, e.name.c_str())) != faults::WorkFault::kNone) {
+        failed = true;  // a faulting kernel, or a lost device: it does not run (inject_fault)
+        err = faultedWork(fault, e.name);
       } else if (const char* msg = e.task.fn(e.task.user)) {
         failed = true;
         err = msg;
@@ -419,14 +451,7 @@ struct Stream {
     // What a task captured is released by the host (drain()), never here:
     // destructors may need locks the host holds while it waits for us
     // (e.g. the Python GIL when a tensor's last reference goes away).
-    if (failed) {
-      std::lock_guard<std::mutex> lk(mu);
-      if (!has_error) {
-        has_error = true;
-        error_task = e.name;
-        error_msg = err;
-      }
-    }
+    if (failed) recordError(e.name, err);
     const uint64_t now = completed.fetch_add(1) + 1;  // seq_cst, paired with sleepUntil()
     if (waiters.load() > 0 && now >= wake_at.load()) {
       std::lock_guard<std::mutex> lk(mu);
@@ -952,6 +977,14 @@ bool streamQuery(int device, StreamId stream) {
 }
 
 void streamSynchronize(int device, StreamId stream) { getStream(device, stream).synchronize(); }
+
+bool hostWorkFaults(int device, StreamId stream, const char* name) {
+  Stream& s = getStream(device, stream);
+  const faults::WorkFault fault = faults::workHit(device, s.label, name);
+  if (fault == faults::WorkFault::kNone) return false;
+  s.recordError(name, s.faultedWork(fault, name));
+  return true;
+}
 
 void deviceSynchronize(int device) {
   checkNotForked();

@@ -101,6 +101,10 @@ bool streamQuery(int device, StreamId stream);
 void streamSynchronize(int device, StreamId stream);
 void deviceSynchronize(int device);
 void deviceWaitIdle(int device);  // raises nothing, destroys no task
+// Work the host runs for the device itself (a synchronous call) named
+// `name`, on `stream`: whether an armed fault fails it (faults.h); if so the
+// failure is the stream's error, raised at its next synchronization.
+bool hostWorkFaults(int device, StreamId stream, const char* name);
 void stopWorkers();               // from then on tasks run on the launching thread
 
 // ---------------------------------------------------------------- tracing

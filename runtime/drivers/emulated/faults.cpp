@@ -1,5 +1,6 @@
 #include "faults.h"
 
+#include <algorithm>
 #include <cstring>
 #include <mutex>
 #include <vector>
@@ -11,6 +12,7 @@ namespace engine {
 namespace faults {
 
 std::atomic<bool> g_armed{false};
+std::atomic<bool> g_any_broken{false};
 
 namespace {
 
@@ -22,6 +24,13 @@ struct Armed {
 
 std::mutex g_mu;
 std::vector<Armed> g_faults;
+
+struct Broken {
+  bool lost = false;
+  std::string message;  // "" while it works
+};
+std::mutex g_broken_mu;
+Broken g_broken[kMaxDevices];
 
 // A uniform draw in [0, 1) from (seed, n): splitmix64, so that a seed fails
 // the same events whatever else ran.
@@ -43,10 +52,13 @@ bool matches(const Fault& f, Kind kind, int device, int64_t stream, const char* 
 }  // namespace
 
 void inject(const Fault& fault) {
-  if (fault.kind != Kind::kDeviceOutOfMemory && fault.kind != Kind::kPinnedOutOfMemory && fault.kind != Kind::kKernel)
+  if (fault.kind != Kind::kDeviceOutOfMemory && fault.kind != Kind::kPinnedOutOfMemory && fault.kind != Kind::kKernel &&
+      fault.kind != Kind::kDeviceLost)
     throw Error(ErrorCode::kInvalidValue, "inject_fault: unknown fault kind " + std::to_string(int(fault.kind)));
   if (fault.after == 0) throw Error(ErrorCode::kInvalidValue, "inject_fault: after counts from 1 (the next event)");
   if (!(fault.rate >= 0 && fault.rate <= 1)) throw Error(ErrorCode::kInvalidValue, "inject_fault: rate not in [0, 1]");
+  if (fault.sticky && fault.kind != Kind::kKernel)
+    throw Error(ErrorCode::kInvalidValue, "inject_fault: only a kernel fault is sticky");
   std::lock_guard<std::mutex> lk(g_mu);
   g_faults.push_back({fault});
   g_armed.store(true, std::memory_order_relaxed);
@@ -58,17 +70,60 @@ void clear() {
   g_armed.store(false, std::memory_order_relaxed);
 }
 
+namespace {
+// Whether armed fault `a`, matching the event, fails it (with g_mu held).
+bool fails(Armed& a) {
+  const uint64_t n = ++a.seen;
+  const Fault& f = a.fault;
+  if (f.rate > 0) return draw(f.seed, a.draws++) < f.rate;
+  return n >= f.after && (f.times == 0 || n < f.after + f.times);
+}
+}  // namespace
+
 bool hitSlow(Kind kind, int device, int64_t stream, const char* name) {
   std::lock_guard<std::mutex> lk(g_mu);
   bool failed = false;
-  for (Armed& a : g_faults) {
-    if (!matches(a.fault, kind, device, stream, name)) continue;
-    const uint64_t n = ++a.seen;
-    const Fault& f = a.fault;
-    if (f.rate > 0) failed |= draw(f.seed, a.draws++) < f.rate;
-    else failed |= n >= f.after && (f.times == 0 || n < f.after + f.times);
-  }
+  for (Armed& a : g_faults)
+    if (matches(a.fault, kind, device, stream, name)) failed |= fails(a);
   return failed;
+}
+
+WorkFault workHitSlow(int device, int64_t stream, const char* name) {
+  std::lock_guard<std::mutex> lk(g_mu);
+  WorkFault out = WorkFault::kNone;
+  for (Armed& a : g_faults) {
+    const bool kernel = matches(a.fault, Kind::kKernel, device, stream, name);
+    if (!kernel && !matches(a.fault, Kind::kDeviceLost, device, stream, name)) continue;
+    if (!fails(a)) continue;
+    const WorkFault w = !kernel ? WorkFault::kLost : a.fault.sticky ? WorkFault::kStickyFault : WorkFault::kFault;
+    out = std::max(out, w);
+  }
+  return out;
+}
+
+void breakDevice(int device, bool lost, const std::string& message) {
+  if (device < 0 || device >= kMaxDevices) return;
+  std::lock_guard<std::mutex> lk(g_broken_mu);
+  Broken& b = g_broken[device];
+  if (!b.message.empty()) return;
+  b.lost = lost;
+  b.message = message;
+  g_any_broken.store(true);
+}
+
+std::string brokenMessage(int device) {
+  if (device < 0 || device >= kMaxDevices) return "";
+  std::lock_guard<std::mutex> lk(g_broken_mu);
+  return g_broken[device].message;
+}
+
+void checkUsableSlow(int device) {
+  if (device < 0 || device >= kMaxDevices) return;
+  std::lock_guard<std::mutex> lk(g_broken_mu);
+  const Broken& b = g_broken[device];
+  if (b.message.empty()) return;
+  if (b.lost) throw Error(ErrorCode::kDeviceLost, b.message);
+  throw TaskError("", b.message);
 }
 
 }  // namespace faults

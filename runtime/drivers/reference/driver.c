@@ -900,6 +900,14 @@ static OmtiaStatus injectFault(const OmtiaFaultArgs* fault) {
 
 static OmtiaStatus clearFaults(void) { return ok(); }
 
+static OmtiaStatus hostWorkFault(OmtiaStream stream, const char* name, int* faulted) {
+  (void)stream;
+  (void)name;
+  if (!faulted) return fail(OMTIA_ERROR_INVALID_VALUE, "faulted is null");
+  *faulted = 0; /* (no fault is ever armed) */
+  return ok();
+}
+
 /* ------------------------------------------------------------ the table */
 
 static const OmtiaDriver kDriver = {
@@ -915,7 +923,7 @@ static const OmtiaDriver kDriver = {
     graphTaskName, graphLaunch, graphClear,
     setWaitHook, setIdleHook, setActivityCallback,
     setHostWorkHook, workRunsParallel,
-    injectFault, clearFaults,
+    injectFault, clearFaults, hostWorkFault,
 };
 
 OMTIA_DRIVER_EXPORT const OmtiaDriver* openmtia_driver_get(uint32_t caller_abi_major) {

@@ -46,7 +46,7 @@ extern "C" {
 #endif
 
 #define OMTIA_DRIVER_ABI_MAJOR 1
-#define OMTIA_DRIVER_ABI_MINOR 5
+#define OMTIA_DRIVER_ABI_MINOR 6
 
 /* The name of the one function a driver library exports. */
 #define OMTIA_DRIVER_ENTRY_POINT "openmtia_driver_get"
@@ -71,7 +71,8 @@ typedef enum OmtiaStatus {
   OMTIA_ERROR_FORKED = 6,          /* the device was used by the parent of this forked process */
   OMTIA_ERROR_NOT_SUPPORTED = 7,   /* the driver lacks the capability (see OmtiaDeviceProperties.flags) */
   OMTIA_ERROR_NOT_READY = 8,       /* a query's work has not finished (stream_query, event_query) */
-  OMTIA_ERROR_INTERNAL = 9         /* anything else; the message says what */
+  OMTIA_ERROR_INTERNAL = 9,        /* anything else; the message says what */
+  OMTIA_ERROR_DEVICE_LOST = 10     /* ABI 1.6: the device is lost (off the bus): every later call on it fails */
 } OmtiaStatus;
 
 typedef struct OmtiaStream_* OmtiaStream;
@@ -238,15 +239,22 @@ typedef uint64_t (*OmtiaCorrelationHook)(void);
 /* Called on a driver thread once a piece of work ran. */
 typedef void (*OmtiaActivityCallback)(const OmtiaActivityRecord* record, void* user);
 
-/* ------------------------------------------------------------ faults (ABI 1.5) */
+/* ------------------------------------------------------------ faults (ABI 1.5; 1.6) */
 
 /* Faults on demand, for tests of error paths: the driver fails as a real
  * device would, when asked. */
 typedef enum OmtiaFaultKind {
   OMTIA_FAULT_DEVICE_OOM = 1, /* mem_alloc returns OMTIA_ERROR_OUT_OF_MEMORY */
   OMTIA_FAULT_PINNED_OOM = 2, /* host_alloc returns OMTIA_ERROR_OUT_OF_MEMORY */
-  OMTIA_FAULT_KERNEL = 3      /* a piece of work faults instead of running: its
-                                 stream's error, at the next synchronization */
+  OMTIA_FAULT_KERNEL = 3,     /* a piece of work faults instead of running: its
+                                 stream's error, at the next synchronization;
+                                 with OMTIA_FAULT_STICKY, the device's context
+                                 is lost too: every later call on the device
+                                 returns OMTIA_ERROR_TASK_FAILED */
+  OMTIA_FAULT_DEVICE_LOST = 4 /* ABI 1.6: at a piece of work the device is lost:
+                                 that work and all queued after it never run, and
+                                 every later call on the device returns
+                                 OMTIA_ERROR_DEVICE_LOST; other devices go on */
 } OmtiaFaultKind;
 
 typedef struct OmtiaFaultArgs {
@@ -259,7 +267,10 @@ typedef struct OmtiaFaultArgs {
   uint64_t times;    /* how many matching events fail from there on (0: every one) */
   double rate;       /* > 0: instead, each matching event fails with this probability */
   uint64_t seed;     /* of the rate's draws: the same seed fails the same events */
+  uint32_t flags;    /* ABI 1.6: OMTIA_FAULT_STICKY */
 } OmtiaFaultArgs;
+
+#define OMTIA_FAULT_STICKY 1u /* OMTIA_FAULT_KERNEL: the fault poisons its device (CUDA's sticky errors) */
 
 /* ------------------------------------------------------------ the table */
 
@@ -373,6 +384,13 @@ typedef struct OmtiaDriver {
    * that cannot inject a kind returns OMTIA_ERROR_NOT_SUPPORTED. */
   OmtiaStatus (*inject_fault)(const OmtiaFaultArgs* fault);
   OmtiaStatus (*clear_faults)(void);
+  /* ABI 1.6: work the host runs itself for the device (a synchronous call,
+   * after waiting for `stream`) named `name`, about to run: *faulted is 1
+   * if an armed fault fails it (it counts as a piece of work of the stream),
+   * and the driver then records the failure as the stream's error, reported
+   * at its next synchronization as if the work had run there; else 0. On a
+   * broken device it fails as every call does. */
+  OmtiaStatus (*host_work_fault)(OmtiaStream stream, const char* name, int* faulted);
 } OmtiaDriver;
 
 /* The entry point: the driver's table (static, never freed), or null if it

@@ -33,6 +33,7 @@ enum class ErrorCode {
   kUnavailable,    // no driver: it failed to load (the message says why)
   kNotSupported,   // the driver lacks the capability
   kInternal,       // anything else the driver reports
+  kDeviceLost,     // the device is lost: every later call on it fails
 };
 
 class Error : public std::runtime_error {
@@ -314,7 +315,7 @@ using SubmitHook = void (*)(int begin);
 void setTracing(TagHook tag, TraceSink sink, SubmitHook submitted = nullptr);
 
 // ---------------------------------------------------------------- faults
-// Faults on demand, for tests of error paths (driver ABI 1.5; docs/faults.md):
+// Faults on demand, for tests of error paths (driver ABI 1.5, 1.6; docs/faults.md):
 // the driver fails as a real device would, when asked. A fault counts the
 // events it matches (a device's allocations, pinned allocations, or the
 // pieces of work of a device, stream and name) and fails from the `after`-th
@@ -323,6 +324,7 @@ enum class FaultKind {
   kDeviceOutOfMemory = 1,  // a device allocation: out of memory
   kPinnedOutOfMemory = 2,  // a pinned host allocation: out of memory
   kKernel = 3,             // a piece of work faults instead of running (its stream's error)
+  kDeviceLost = 4,         // at a piece of work the device is lost (kDeviceLost from then on)
 };
 struct Fault {
   FaultKind kind = FaultKind::kKernel;
@@ -333,10 +335,12 @@ struct Fault {
   uint64_t times = 1;
   double rate = 0;
   uint64_t seed = 0;
+  bool sticky = false;  // kKernel: the fault poisons its device (every later call on it fails)
 };
 // A fault list as OPENMTIA_FAULTS gives it: faults separated by ";", each
-// a kind (oom, pinned_oom, kernel) and settings after ":" separated by ","
-// (device=D, stream=S, op=NAME, after=N, times=N, rate=P, seed=N, rank=R):
+// a kind (oom, pinned_oom, kernel, lost) and settings after ":" separated
+// by "," (device=D, stream=S, op=NAME, sticky=1, after=N, times=N, rate=P,
+// seed=N, rank=R):
 // "kernel:op=aten::mm,after=3;oom:device=1,times=0". A fault for another
 // rank than `rank` is left out. Throws Error(kInvalidValue) saying what is
 // wrong.
@@ -346,6 +350,11 @@ std::vector<Fault> parseFaults(const std::string& spec, int rank);
 // makes the devices unavailable, saying why).
 void injectFault(const Fault& fault);
 void clearFaults();
+// Work the host runs for the device itself (a synchronous call, after
+// waiting for `stream`) named `name`, about to run: whether an armed fault
+// fails it; then the failure is the stream's error, raised at its next
+// synchronization. False with a driver before ABI 1.6.
+bool hostWorkFaults(int device, StreamId stream, const char* name);
 
 // ---------------------------------------------------------------- graphs
 // While a stream is captured, tasks launched on it are recorded into a graph

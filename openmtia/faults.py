@@ -15,9 +15,12 @@ CUDA's; with sticky=True the device's context is lost too: every later call
 on it raises, until the process restarts), "lost" (at a piece of work the
 device falls off the bus: that work and the work queued after it never
 run, and every later call on the device raises torch.AcceleratorError
-saying it is lost; other devices go on).
+saying it is lost; other devices go on), "hang" (a piece of work hangs its
+stream: its synchronization blocks, with no timeout, as CUDA's; c10d's
+timeouts catch a hung collective; clear() releases it: it fails, not run,
+and the stream goes on).
 
-Settings (each optional): device=D and, for kernels and lost devices,
+Settings (each optional): device=D and, for kernels, lost devices and hangs,
 stream=S (a stream's id) and op=NAME (the work's name: the aten op,
 "aten::mm"), for kernels sticky=True; after=N (the
 N-th matching event from now fails first; 1, the next, by default),
@@ -60,7 +63,7 @@ def _spec(kind, settings):
 
 
 def inject(kind, **settings):
-    """Arms a fault: `kind` ("oom", "pinned_oom", "kernel", "lost") with the
+    """Arms a fault: `kind` ("oom", "pinned_oom", "kernel", "lost", "hang") with the
     settings above. Raises ValueError for an unknown kind or setting."""
     spec = _spec(kind, settings)
     if ";" in spec:
@@ -74,7 +77,7 @@ def inject(kind, **settings):
 
 
 def clear():
-    """Disarms every fault (OPENMTIA_FAULTS's too)."""
+    """Disarms every fault (OPENMTIA_FAULTS's too), and releases hung work."""
     _C._clear_faults()
 
 

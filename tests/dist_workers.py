@@ -541,6 +541,48 @@ def dead_rank(rank, world, port, result_path):
     dist.destroy_process_group()  # a broken group tears down too
 
 
+def hung_rank(rank, world, port, result_dir):
+    """Rank 1's collective hangs (a fault: the rank stops responding, alive
+    and connected): rank 0 raises within the group's timeout; rank 1's own
+    wait with a timeout raises at it; once the fault is released the hung
+    collective fails and both ranks' devices and teardown go on."""
+    import openmtia.faults as faults
+
+    dev = init(rank, world, port, timeout_s=5)
+    t = torch.ones(4, device=dev)
+    dist.all_reduce(t)
+    torch.mtia.synchronize()
+    t0 = time.perf_counter()
+    try:
+        if rank == 1:
+            faults.inject("hang", op="c10d:all_reduce")
+            work = dist.all_reduce(t, async_op=True)
+            work.wait(timeout=datetime.timedelta(seconds=2))
+        else:
+            dist.all_reduce(t)
+            t.cpu()
+        outcome = "no error"
+    except Exception as e:  # noqa: BLE001
+        outcome = f"{type(e).__name__}: {e}".splitlines()[0]
+    elapsed = time.perf_counter() - t0
+    released = ""
+    if rank == 1:
+        # alive, connected and silent until rank 0 gave up on it
+        deadline = time.monotonic() + 30
+        while not os.path.exists(os.path.join(result_dir, "rank0")) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        faults.clear()  # the hung collective fails, not run; its failure reaches the stream that waited
+        try:
+            torch.mtia.synchronize()
+        except Exception as e:  # noqa: BLE001
+            released = f"{type(e).__name__}: {e}".splitlines()[0]
+    usable = (torch.ones(3, device=dev) * 2).sum().item() == 6.0
+    with open(os.path.join(result_dir, f"rank{rank}.tmp"), "w") as f:
+        f.write(f"{elapsed}\n{usable}\n{outcome}\n{released}\n")
+    os.rename(os.path.join(result_dir, f"rank{rank}.tmp"), os.path.join(result_dir, f"rank{rank}"))
+    dist.destroy_process_group()
+
+
 # ---------------------------------------------------------------- training
 class Net(torch.nn.Module):
     def __init__(self, unused=False):

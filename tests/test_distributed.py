@@ -26,8 +26,8 @@ def free_port():
 
 # What rank 0 raises when rank 1 died: the collective's signature exchange
 # (or Gloo, with the check off) sees the closed socket, and the collective's
-# task fails, raised at the next sync.
-PEER_DIED = (r"(RuntimeError: openmtia: asynchronous task 'c10d[_:]\w+' failed on mtia:0 stream \d+: "
+# task fails, raised at the next sync (a device error: torch.AcceleratorError).
+PEER_DIED = (r"((Accelerator|Runtime)Error: openmtia: asynchronous task 'c10d[_:]\w+' failed on mtia:0 stream \d+: "
              r"|DistBackendError: ).*(rank 1 closed its connection: that rank has likely exited|"
              r"Connection closed by peer|Connection reset by peer|Timed out)")
 
@@ -87,6 +87,23 @@ def test_dead_rank_makes_the_others_raise(tmp_path):
     elapsed, usable, outcome = result.read_text().splitlines()
     assert re.match(PEER_DIED, outcome), outcome
     assert float(elapsed) < 15, f"took {elapsed} s (timeout 10 s): {outcome}"
+    assert usable == "True"
+
+
+@pytest.mark.needs_async
+def test_a_rank_whose_collective_hangs_makes_the_other_raise_within_the_timeout(tmp_path):
+    # rank 1 stops responding (alive, connected: a hang fault on its
+    # collective), as a rank whose device hangs
+    spawn(dist_workers.hung_rank, str(tmp_path), timeout=120)
+    ranks = {r: (tmp_path / f"rank{r}").read_text().split("\n") for r in (0, 1)}
+    elapsed, usable, outcome, _ = ranks[0][:4]
+    assert re.search(r"rank 1 did not call the collective within the group's timeout \(5000 ms\)", outcome), outcome
+    assert 4.5 < float(elapsed) < 10, (elapsed, outcome)  # the group's timeout: 5 s
+    assert usable == "True"
+    elapsed, usable, outcome, released = ranks[1][:4]
+    assert outcome == "DistBackendError: openmtia: all_reduce did not complete within 2000 ms", outcome
+    assert 1.9 < float(elapsed) < 4, (elapsed, outcome)  # its wait's own timeout
+    assert re.search(r"'c10d:all_reduce' hung mtia:1 stream \d+ until the fault was released", released), released
     assert usable == "True"
 
 

@@ -4,6 +4,7 @@ real accelerator's would: an out-of-memory at the allocation (after the
 caching allocator's retry, its observers called), a faulting kernel at the
 next synchronization naming the op and stream, the device usable after."""
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -276,3 +277,44 @@ def test_a_lost_device_from_the_environment_in_an_unmodified_program():
             print(e.error_code, str(e).split(":", 1)[1].split("(")[0].strip())
     """, OPENMTIA_FAULTS="lost:op=aten::mul,after=3")
     assert out.strip() == "10 mtia:0 is lost", out
+
+
+def test_a_hung_stream_blocks_its_synchronization_until_the_fault_is_cleared():
+    import threading
+
+    a = torch.ones(64, device="mtia")
+    (a * 2).sum().item()
+    faults.inject("hang", op="aten::mul")
+    b = a * 2  # hangs the stream: nothing after it runs
+    c = a + 1
+    outcome = []
+
+    def sync():
+        try:
+            torch.mtia.synchronize()
+            outcome.append("no error")
+        except torch.AcceleratorError as e:
+            outcome.append(str(e))
+
+    t = threading.Thread(target=sync)
+    t.start()
+    t.join(0.5)
+    assert t.is_alive() and not outcome  # no timeout of its own, as CUDA's
+    assert not torch.mtia.current_stream().query()
+    faults.clear()  # releases it: the hung work fails, not run; the stream goes on
+    t.join(10)
+    assert len(outcome) == 1 and re.search(r"'aten::mul' hung mtia:0 stream \d+ until the fault was released",
+                                           outcome[0]), outcome
+    torch.testing.assert_close(c.cpu(), a.cpu() + 1)
+    del b
+
+
+def test_a_program_whose_stream_hangs_still_exits():
+    out = run("""
+        import torch, openmtia.faults as faults
+        a = torch.ones(4, device="mtia")
+        faults.inject("hang", op="aten::mul")
+        b = a * 2
+        print("done")
+    """)
+    assert out.strip() == "done", out

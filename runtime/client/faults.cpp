@@ -46,8 +46,9 @@ std::vector<Fault> parseFaults(const std::string& spec, int rank) {
     else if (kind == "pinned_oom") f.kind = FaultKind::kPinnedOutOfMemory;
     else if (kind == "kernel") f.kind = FaultKind::kKernel;
     else if (kind == "lost") f.kind = FaultKind::kDeviceLost;
-    else bad(text, "unknown fault kind '" + kind + "' (oom, pinned_oom, kernel, lost)");
-    const bool work = f.kind == FaultKind::kKernel || f.kind == FaultKind::kDeviceLost;
+    else if (kind == "hang") f.kind = FaultKind::kHang;
+    else bad(text, "unknown fault kind '" + kind + "' (oom, pinned_oom, kernel, lost, hang)");
+    const bool work = f.kind == FaultKind::kKernel || f.kind == FaultKind::kDeviceLost || f.kind == FaultKind::kHang;
     bool mine = true;
     if (colon != std::string::npos) {
       for (const std::string& setting : split(text.substr(colon + 1), ',')) {

@@ -2,7 +2,9 @@
 // and the emulated driver below it: what each fault fails, and when.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdio>
+#include <future>
 #include <cstdlib>
 #include <string>
 #include <utility>
@@ -65,7 +67,7 @@ TEST(Faults, ABadListSaysWhatIsWrong) {
     }
     return std::string("no error");
   };
-  EXPECT_EQ(message("hang"), "fault 'hang': unknown fault kind 'hang' (oom, pinned_oom, kernel, lost)");
+  EXPECT_EQ(message("disk"), "fault 'disk': unknown fault kind 'disk' (oom, pinned_oom, kernel, lost, hang)");
   EXPECT_EQ(message("kernel:sticky=2"), "fault 'kernel:sticky=2': sticky=2 is not 0 or 1");
   EXPECT_EQ(message("oom:sticky=1"),
             "fault 'oom:sticky=1': unknown setting 'sticky' (device, after, times, rate, seed, rank)");
@@ -226,4 +228,32 @@ TEST(Faults, WorkTheHostRunsItselfCountsAndFailsAtTheStreamsNextSynchronization)
   }
   omr::streamSynchronize(0, s);  // once
   EXPECT_FALSE(omr::hostWorkFaults(0, s, "host"));
+}
+
+TEST(Faults, AHungStreamRunsNothingMoreUntilTheFaultIsClearedThenGoesOn) {
+  Cleared cleared;
+  const omr::StreamId s = omr::streamFromPool(0, 0);
+  omr::Fault f;
+  f.kind = omr::FaultKind::kHang;
+  f.name = "stuck";
+  omr::injectFault(f);
+  bool stuck_ran = false, after_ran = false;
+  omr::launch(0, s, "stuck", [&stuck_ran] { stuck_ran = true; });
+  omr::launch(0, s, "after", [&after_ran] { after_ran = true; });
+  auto sync = std::async(std::launch::async, [s] { omr::streamSynchronize(0, s); });
+  // no timeout of its own, as CUDA's synchronize
+  EXPECT_EQ(sync.wait_for(std::chrono::milliseconds(300)), std::future_status::timeout);
+  EXPECT_FALSE(omr::streamQuery(0, s));
+  EXPECT_FALSE(after_ran);
+  omr::clearFaults();  // releases it: it fails, not run; the stream goes on
+  try {
+    sync.get();
+    ADD_FAILURE() << "no error";
+  } catch (const omr::TaskError& e) {
+    EXPECT_EQ(e.task, "stuck");
+    EXPECT_NE(std::string(e.what()).find("'stuck' hung mtia:0 stream"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(stuck_ran);
+  EXPECT_TRUE(after_ran);
+  EXPECT_EQ(failing(s, {"stuck"}), std::vector<std::string>{});
 }

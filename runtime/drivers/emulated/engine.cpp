@@ -396,6 +396,11 @@ struct Stream {
                                             "fails until the process restarts");
       return "injected fault: " + dev + " fell off the bus in '" + name + "'";
     }
+    if (fault == faults::WorkFault::kHang) {
+      faults::hang();  // (until the faults are cleared, or the process ends)
+      return "injected fault: '" + name + "' hung " + dev + " stream " + std::to_string(label) +
+             " until the fault was released (it did not run)";
+    }
     if (fault == faults::WorkFault::kStickyFault) {
       faults::breakDevice(device, false, "openmtia: " + dev + " is unusable: a sticky fault in " + where +
                                              " corrupted its context, and every later call on it fails until the "
@@ -1001,6 +1006,7 @@ void deviceWaitIdle(int device) {
 }
 
 void stopWorkers() {
+  faults::releaseHangs();         // (a hung stream's work ends with the process)
   if (g_bad_fork.load()) return;  // the parent's workers do not exist here
   g_workers_stopped = true;       // streams started from now on have no worker
   Runtime& rt = Runtime::get();

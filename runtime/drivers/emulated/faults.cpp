@@ -1,6 +1,7 @@
 #include "faults.h"
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstring>
 #include <mutex>
 #include <vector>
@@ -53,7 +54,7 @@ bool matches(const Fault& f, Kind kind, int device, int64_t stream, const char* 
 
 void inject(const Fault& fault) {
   if (fault.kind != Kind::kDeviceOutOfMemory && fault.kind != Kind::kPinnedOutOfMemory && fault.kind != Kind::kKernel &&
-      fault.kind != Kind::kDeviceLost)
+      fault.kind != Kind::kDeviceLost && fault.kind != Kind::kHang)
     throw Error(ErrorCode::kInvalidValue, "inject_fault: unknown fault kind " + std::to_string(int(fault.kind)));
   if (fault.after == 0) throw Error(ErrorCode::kInvalidValue, "inject_fault: after counts from 1 (the next event)");
   if (!(fault.rate >= 0 && fault.rate <= 1)) throw Error(ErrorCode::kInvalidValue, "inject_fault: rate not in [0, 1]");
@@ -64,10 +65,34 @@ void inject(const Fault& fault) {
   g_armed.store(true, std::memory_order_relaxed);
 }
 
+namespace {
+std::mutex g_hang_mu;
+std::condition_variable g_hang_cv;
+uint64_t g_hang_epoch = 0;     // (under g_hang_mu) bumped by each release
+bool g_hangs_released = false;  // for good: the process ends
+}  // namespace
+
+void hang() {
+  std::unique_lock<std::mutex> lk(g_hang_mu);
+  const uint64_t epoch = g_hang_epoch;
+  g_hang_cv.wait(lk, [&] { return g_hangs_released || g_hang_epoch != epoch; });
+}
+
+void releaseHangs() {
+  std::lock_guard<std::mutex> lk(g_hang_mu);
+  g_hangs_released = true;
+  g_hang_cv.notify_all();
+}
+
 void clear() {
-  std::lock_guard<std::mutex> lk(g_mu);
-  g_faults.clear();
-  g_armed.store(false, std::memory_order_relaxed);
+  {
+    std::lock_guard<std::mutex> lk(g_mu);
+    g_faults.clear();
+    g_armed.store(false, std::memory_order_relaxed);
+  }
+  std::lock_guard<std::mutex> lk(g_hang_mu);
+  ++g_hang_epoch;
+  g_hang_cv.notify_all();
 }
 
 namespace {
@@ -92,10 +117,14 @@ WorkFault workHitSlow(int device, int64_t stream, const char* name) {
   std::lock_guard<std::mutex> lk(g_mu);
   WorkFault out = WorkFault::kNone;
   for (Armed& a : g_faults) {
-    const bool kernel = matches(a.fault, Kind::kKernel, device, stream, name);
-    if (!kernel && !matches(a.fault, Kind::kDeviceLost, device, stream, name)) continue;
+    const Kind k = a.fault.kind;
+    if ((k != Kind::kKernel && k != Kind::kDeviceLost && k != Kind::kHang) || !matches(a.fault, k, device, stream, name))
+      continue;
     if (!fails(a)) continue;
-    const WorkFault w = !kernel ? WorkFault::kLost : a.fault.sticky ? WorkFault::kStickyFault : WorkFault::kFault;
+    const WorkFault w = k == Kind::kDeviceLost ? WorkFault::kLost
+                        : k == Kind::kHang     ? WorkFault::kHang
+                        : a.fault.sticky       ? WorkFault::kStickyFault
+                                               : WorkFault::kFault;
     out = std::max(out, w);
   }
   return out;

@@ -17,7 +17,7 @@ namespace omr {
 namespace engine {
 namespace faults {
 
-enum class Kind { kDeviceOutOfMemory = 1, kPinnedOutOfMemory = 2, kKernel = 3, kDeviceLost = 4 };
+enum class Kind { kDeviceOutOfMemory = 1, kPinnedOutOfMemory = 2, kKernel = 3, kDeviceLost = 4, kHang = 5 };
 
 struct Fault {
   Kind kind = Kind::kKernel;
@@ -44,11 +44,16 @@ inline bool hit(Kind kind, int device, int64_t stream = -1, const char* name = n
 // What happens to a piece of work about to run: nothing, a fault (sticky or
 // not), or its device is lost. It counts against every armed kernel and
 // lost-device fault it matches.
-enum class WorkFault { kNone, kFault, kStickyFault, kLost };
+enum class WorkFault { kNone, kFault, kStickyFault, kHang, kLost };
 WorkFault workHitSlow(int device, int64_t stream, const char* name);
 inline WorkFault workHit(int device, int64_t stream, const char* name) {
   return g_armed.load(std::memory_order_relaxed) ? workHitSlow(device, stream, name) : WorkFault::kNone;
 }
+
+// A hung piece of work: blocks the calling thread until the hangs are
+// released: by clear(), or for good by releaseHangs() (the process's end).
+void hang();
+void releaseHangs();
 
 // Breaks `device` for the rest of the process (the first break's message
 // stays): lost (Error kDeviceLost) or poisoned by a sticky fault (kTaskFailed).

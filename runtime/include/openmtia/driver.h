@@ -251,10 +251,13 @@ typedef enum OmtiaFaultKind {
                                  with OMTIA_FAULT_STICKY, the device's context
                                  is lost too: every later call on the device
                                  returns OMTIA_ERROR_TASK_FAILED */
-  OMTIA_FAULT_DEVICE_LOST = 4 /* ABI 1.6: at a piece of work the device is lost:
+  OMTIA_FAULT_DEVICE_LOST = 4, /* ABI 1.6: at a piece of work the device is lost:
                                  that work and all queued after it never run, and
                                  every later call on the device returns
                                  OMTIA_ERROR_DEVICE_LOST; other devices go on */
+  OMTIA_FAULT_HANG = 5        /* ABI 1.6: a piece of work hangs: its stream runs
+                                 nothing more until clear_faults or shutdown
+                                 release it (it then fails, not run) */
 } OmtiaFaultKind;
 
 typedef struct OmtiaFaultArgs {

@@ -325,6 +325,7 @@ enum class FaultKind {
   kPinnedOutOfMemory = 2,  // a pinned host allocation: out of memory
   kKernel = 3,             // a piece of work faults instead of running (its stream's error)
   kDeviceLost = 4,         // at a piece of work the device is lost (kDeviceLost from then on)
+  kHang = 5,               // a piece of work hangs its stream until clearFaults() (or the process's end)
 };
 struct Fault {
   FaultKind kind = FaultKind::kKernel;
@@ -338,7 +339,7 @@ struct Fault {
   bool sticky = false;  // kKernel: the fault poisons its device (every later call on it fails)
 };
 // A fault list as OPENMTIA_FAULTS gives it: faults separated by ";", each
-// a kind (oom, pinned_oom, kernel, lost) and settings after ":" separated
+// a kind (oom, pinned_oom, kernel, lost, hang) and settings after ":" separated
 // by "," (device=D, stream=S, op=NAME, sticky=1, after=N, times=N, rate=P,
 // seed=N, rank=R):
 // "kernel:op=aten::mm,after=3;oom:device=1,times=0". A fault for another

@@ -175,6 +175,27 @@ def deploy(model, prompts, device, directory):
     return torch._inductor.aoti_load_package(path), path, build_s
 
 
+def latest_checkpoint(root):
+    """The newest complete checkpoint under `root` (a step_NNNNNN folder whose
+    metadata torch.distributed.checkpoint wrote last), or None."""
+    if not root or not os.path.isdir(root):
+        return None
+    done = [d for d in os.listdir(root) if d.startswith("step_") and os.path.exists(os.path.join(root, d, ".metadata"))]
+    return os.path.join(root, max(done)) if done else None
+
+
+def checkpoint_state(model, opt, g, step, losses):
+    """What a checkpoint holds, as torch.distributed.checkpoint saves and loads
+    it: the model's and optimizer's state (by parameter name), the data
+    order's generator, the step and the losses so far."""
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    model_sd, optim_sd = get_state_dict(model, opt)
+    return {"model": model_sd, "optim": optim_sd,
+            "progress": {"step": torch.tensor(step), "data_rng": g.get_state(),
+                         "losses": torch.tensor(losses, dtype=torch.float64)}}
+
+
 def train(args, device, steps, verbose=True, seed=0):
     """Trains a fresh model; returns it, the per-step losses and step times, the held-out sums, memory figures."""
     torch.manual_seed(seed)
@@ -205,6 +226,21 @@ def train(args, device, steps, verbose=True, seed=0):
 
     g = torch.Generator().manual_seed(seed + 1)
     losses, step_times = [], []
+    first = 0
+    ckpt_dir, every = getattr(args, "checkpoint", None), getattr(args, "checkpoint_every", 0)
+    resume = latest_checkpoint(ckpt_dir)
+    if resume:  # a restarted job: everything as it was after that step
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import set_state_dict
+
+        state = checkpoint_state(model, opt, g, 0, [0.0] * int(os.path.basename(resume)[len("step_"):]))
+        dcp.load(state, checkpoint_id=resume)
+        set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
+        g.set_state(state["progress"]["data_rng"])
+        first = int(state["progress"]["step"])
+        losses = state["progress"]["losses"].tolist()
+        if rank == 0:
+            print(f"resumed from {resume}: step {first} of {steps}")
     bar = Progress(steps, f"train on {device}") if verbose and rank == 0 else None
     allocs_after_warmup = None
     is_mtia = dev_type == "mtia"
@@ -219,7 +255,7 @@ def train(args, device, steps, verbose=True, seed=0):
             schedule=torch.profiler.schedule(wait=max(0, min(5, steps - 4)), warmup=1, active=3, repeat=1),
             on_trace_ready=lambda p: p.export_chrome_trace(os.path.join(args.profile, f"rank{rank}.json")))
         prof.start()
-    for step in range(steps):
+    for step in range(first, steps):
         if step == 5 and is_mtia:
             allocs_after_warmup = torch.mtia.memory_stats().get("num_device_alloc", 0)
         t0 = time.perf_counter()
@@ -264,6 +300,11 @@ def train(args, device, steps, verbose=True, seed=0):
             bar.update(loss=f"{value:.4f}", tok_s=f"{tok_s:,.0f}")
         if prof:
             prof.step()
+        if ckpt_dir and every and (step + 1) % every == 0 and step + 1 < steps:
+            import torch.distributed.checkpoint as dcp
+
+            dcp.save(checkpoint_state(model, opt, g, step + 1, losses),
+                     checkpoint_id=os.path.join(ckpt_dir, f"step_{step + 1:06d}"))
     if bar:
         bar.close()
     if prof:
@@ -295,6 +336,9 @@ def main():
     p.add_argument("--losses-json", help="also write the per-step losses to this file")
     p.add_argument("--profile", metavar="DIR", help="trace a few steps with torch.profiler into DIR (a file per "
                    "rank) and print Holistic Trace Analysis's summary of them, with plots")
+    p.add_argument("--checkpoint", metavar="DIR", help="save a checkpoint (torch.distributed.checkpoint) into DIR "
+                   "every --checkpoint-every steps, and resume from the newest one there (a restarted job)")
+    p.add_argument("--checkpoint-every", type=int, default=100)
     p.add_argument("--png", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "loss.png"))
     args = p.parse_args()
     args.ddp = int(os.environ.get("WORLD_SIZE", "1")) > 1

@@ -26,7 +26,9 @@ stream=S (a stream's id) and op=NAME (the work's name: the aten op,
 N-th matching event from now fails first; 1, the next, by default),
 times=N (how many fail from there; 1 by default, 0: every one), or
 rate=P with seed=N (each matching event fails with probability P, the
-same ones for the same seed); rank=R (only on that rank).
+same ones for the same seed); rank=R (only on that rank); restart=N (only
+in the N-th restart of a torchrun job: TORCHELASTIC_RESTART_COUNT, 0 for
+its first run, so that a restarted job runs without the fault).
 
 The environment variable OPENMTIA_FAULTS takes the same faults, for an
 unmodified program or a torchrun job: "kernel:op=aten::mm,after=3;oom:device=1;lost:device=1,after=100".
@@ -69,7 +71,7 @@ def inject(kind, **settings):
     if ";" in spec:
         raise ValueError(f"one fault at a time: {spec!r}")
     try:
-        _C._inject_faults(spec, _rank())
+        _C._inject_faults(spec, _rank(), int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")))
     except RuntimeError as e:
         if str(e).startswith("fault '"):  # (the parser's: a bad kind or setting)
             raise ValueError(str(e)) from None

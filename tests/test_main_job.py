@@ -88,3 +88,31 @@ def test_ddp_under_torchrun_equals_one_cpu_process(tmp_path):
     # and not what one process training on whole batches gives
     whole, _ = losses("cpu", steps=10)
     assert max(abs(a - b) for a, b in zip(ddp, whole)) > 1e-3, (ddp, whole)
+
+
+def test_a_job_killed_by_a_lost_device_resumes_from_its_checkpoint_to_the_same_end(tmp_path):
+    # issue 58: the device is lost at the 300th mm (step ~14); the job is
+    # run again (as a restart would), resumes from its last checkpoint (step
+    # 10) and ends as the uninterrupted run: the same losses, every step
+    def job(name, **env):
+        record = tmp_path / f"{name}.json"
+        out = subprocess.run([sys.executable, GPT, "--steps", "24", "--width", "64", "--layers", "2", "--no-deploy",
+                              "--checkpoint", str(tmp_path / "ckpt"), "--checkpoint-every", "10",
+                              "--losses-json", str(record), "--png", str(tmp_path / f"{name}.png")],
+                             capture_output=True, text=True, timeout=600, env={**os.environ, **env})
+        return out, record
+
+    plain = subprocess.run([sys.executable, GPT, "--steps", "24", "--width", "64", "--layers", "2", "--no-deploy",
+                            "--losses-json", str(tmp_path / "plain.json"), "--png", str(tmp_path / "plain.png")],
+                           capture_output=True, text=True, timeout=600)
+    assert plain.returncode == 0, plain.stderr[-3000:]
+    failed, _ = job("failed", OPENMTIA_FAULTS="lost:op=aten::mm,after=300")
+    assert failed.returncode != 0 and "torch.AcceleratorError: openmtia: mtia:0 is lost" in failed.stderr, \
+        failed.stderr[-3000:]
+    assert sorted(os.listdir(tmp_path / "ckpt")) == ["step_000010"]
+    resumed, record = job("resumed")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"resumed from {tmp_path / 'ckpt' / 'step_000010'}: step 10 of 24" in resumed.stdout, resumed.stdout
+    assert json.loads(record.read_text()) == json.loads((tmp_path / "plain.json").read_text())
+    held = [re.search(r"held-out sums answered correctly: .*", o.stdout).group(0) for o in (plain, resumed)]
+    assert held[0] == held[1], held

@@ -124,8 +124,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("_host_work_state_swaps", &openmtia::hostWorkStateSwaps);
   // openmtia.faults: arms the faults of a list in OPENMTIA_FAULTS's form
   // (runtime.h, parseFaults: the same parser, the same errors), or none.
-  m.def("_inject_faults", [](const std::string& spec, int rank) {
-    for (const omr::Fault& f : OMR_CALL(omr::parseFaults(spec, rank))) OMR_CALL(omr::injectFault(f));
+  m.def("_inject_faults", [](const std::string& spec, int rank, int restart) {
+    for (const omr::Fault& f : OMR_CALL(omr::parseFaults(spec, rank, restart))) OMR_CALL(omr::injectFault(f));
   });
   m.def("_clear_faults", [] { OMR_CALL(omr::clearFaults()); });
   m.def("_dense_work_scale", [] { return openmtia::kDenseWorkScale; });

@@ -128,9 +128,11 @@ OmtiaStatus injectInto(const OmtiaDriver* t, const Fault& f) {
   return t->inject_fault(&a);
 }
 
-// This process's rank (torchrun's RANK), for OPENMTIA_FAULTS's rank=R.
-int envRank() {
-  const char* s = std::getenv("RANK");
+// This process's rank (torchrun's RANK), for OPENMTIA_FAULTS's rank=R, and
+// its elastic job's restart (TorchElastic's TORCHELASTIC_RESTART_COUNT) for
+// restart=N.
+int envInt(const char* name) {
+  const char* s = std::getenv(name);
   return s && *s ? std::atoi(s) : 0;
 }
 
@@ -207,7 +209,7 @@ void load(Driver& d) {
   }
   if (const char* spec = std::getenv("OPENMTIA_FAULTS"); spec && *spec) {
     try {
-      for (const Fault& f : parseFaults(spec, envRank())) {
+      for (const Fault& f : parseFaults(spec, envInt("RANK"), envInt("TORCHELASTIC_RESTART_COUNT"))) {
         if (injectInto(t, f) != OMTIA_SUCCESS)
           throw Error(ErrorCode::kInvalidValue, "the mtia driver " + path + " cannot inject it: " + lastMessage(t));
       }

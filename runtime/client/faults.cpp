@@ -35,7 +35,7 @@ uint64_t count(const std::string& fault, const std::string& key, const std::stri
 
 }  // namespace
 
-std::vector<Fault> parseFaults(const std::string& spec, int rank) {
+std::vector<Fault> parseFaults(const std::string& spec, int rank, int restart) {
   std::vector<Fault> faults;
   for (const std::string& text : split(spec, ';')) {
     if (text.empty()) continue;
@@ -65,16 +65,17 @@ std::vector<Fault> parseFaults(const std::string& spec, int rank) {
         else if (key == "after") f.after = count(text, key, v);
         else if (key == "times") f.times = count(text, key, v);
         else if (key == "seed") f.seed = count(text, key, v);
-        else if (key == "rank") mine = count(text, key, v) == static_cast<uint64_t>(rank);
+        else if (key == "rank") mine = mine && count(text, key, v) == static_cast<uint64_t>(rank);
+        else if (key == "restart") mine = mine && count(text, key, v) == static_cast<uint64_t>(restart);
         else if (key == "rate") {
           char* end = nullptr;
           f.rate = std::strtod(v.c_str(), &end);
           if (v.empty() || *end || !(f.rate > 0 && f.rate <= 1)) bad(text, "rate=" + v + " is not a probability in (0, 1]");
         } else {
           bad(text, "unknown setting '" + key + "'" +
-                        (f.kind == FaultKind::kKernel ? " (device, stream, op, sticky, after, times, rate, seed, rank)"
-                         : work                         ? " (device, stream, op, after, times, rate, seed, rank)"
-                                                        : " (device, after, times, rate, seed, rank)"));
+                        (f.kind == FaultKind::kKernel ? " (device, stream, op, sticky, after, times, rate, seed, rank, restart)"
+                         : work                         ? " (device, stream, op, after, times, rate, seed, rank, restart)"
+                                                        : " (device, after, times, rate, seed, rank, restart)"));
         }
       }
     }

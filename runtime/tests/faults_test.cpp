@@ -54,6 +54,10 @@ TEST(Faults, ParsesAListAndKeepsThisRanksFaults) {
   EXPECT_EQ(more[1].name, "aten::mm");
   EXPECT_EQ(more[1].after, 4u);
   EXPECT_EQ(omr::parseFaults("kernel:rank=1", 1).size(), 1u);
+  EXPECT_EQ(omr::parseFaults("kernel:restart=0", 0).size(), 1u);  // (a job's first run)
+  EXPECT_EQ(omr::parseFaults("kernel:restart=0", 0, 1).size(), 0u);
+  EXPECT_EQ(omr::parseFaults("kernel:rank=1,restart=1", 1, 1).size(), 1u);
+  EXPECT_EQ(omr::parseFaults("kernel:rank=1,restart=1", 0, 1).size(), 0u);
   EXPECT_TRUE(omr::parseFaults("", 0).empty());
 }
 
@@ -70,7 +74,7 @@ TEST(Faults, ABadListSaysWhatIsWrong) {
   EXPECT_EQ(message("disk"), "fault 'disk': unknown fault kind 'disk' (oom, pinned_oom, kernel, lost, hang)");
   EXPECT_EQ(message("kernel:sticky=2"), "fault 'kernel:sticky=2': sticky=2 is not 0 or 1");
   EXPECT_EQ(message("oom:sticky=1"),
-            "fault 'oom:sticky=1': unknown setting 'sticky' (device, after, times, rate, seed, rank)");
+            "fault 'oom:sticky=1': unknown setting 'sticky' (device, after, times, rate, seed, rank, restart)");
   EXPECT_EQ(message("oom:times=-1"), "fault 'oom:times=-1': times=-1 is not a count");
   EXPECT_EQ(message("kernel:after=0"), "fault 'kernel:after=0': after counts from 1 (the next event)");
   EXPECT_EQ(message("pinned_oom:device=0"), "fault 'pinned_oom:device=0': pinned memory belongs to no device");

@@ -341,11 +341,12 @@ struct Fault {
 // A fault list as OPENMTIA_FAULTS gives it: faults separated by ";", each
 // a kind (oom, pinned_oom, kernel, lost, hang) and settings after ":" separated
 // by "," (device=D, stream=S, op=NAME, sticky=1, after=N, times=N, rate=P,
-// seed=N, rank=R):
+// seed=N, rank=R, restart=N):
 // "kernel:op=aten::mm,after=3;oom:device=1,times=0". A fault for another
-// rank than `rank` is left out. Throws Error(kInvalidValue) saying what is
-// wrong.
-std::vector<Fault> parseFaults(const std::string& spec, int rank);
+// rank than `rank`, or another restart of an elastic job than `restart`
+// (TorchElastic's count, 0 for its first run), is left out. Throws
+// Error(kInvalidValue) saying what is wrong.
+std::vector<Fault> parseFaults(const std::string& spec, int rank, int restart = 0);
 // Arms a fault (kNotSupported: the driver injects none), or disarms them all.
 // OPENMTIA_FAULTS's are armed when the driver loads (an unreadable list
 // makes the devices unavailable, saying why).

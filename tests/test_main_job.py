@@ -116,3 +116,32 @@ def test_a_job_killed_by_a_lost_device_resumes_from_its_checkpoint_to_the_same_e
     assert json.loads(record.read_text()) == json.loads((tmp_path / "plain.json").read_text())
     held = [re.search(r"held-out sums answered correctly: .*", o.stdout).group(0) for o in (plain, resumed)]
     assert held[0] == held[1], held
+
+
+def test_torchrun_restarts_a_ddp_job_whose_rank_lost_its_device_and_it_ends_as_an_uninterrupted_run(tmp_path):
+    # issue 58: under torchrun --max-restarts 1, rank 1's device is lost
+    # after the step-10 checkpoint; TorchElastic restarts both ranks, which
+    # resume from it and end with the uninterrupted run's losses, every step.
+    # (TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1: torch 2.13's restarts otherwise
+    # read the first run's addresses from the shared store, pytorch#135712)
+    env = {**os.environ, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+
+    def job(name, *extra, **more_env):
+        record = tmp_path / f"{name}.json"
+        out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                              *extra, GPT, "--steps", "24", "--width", "64", "--layers", "2", "--no-deploy",
+                              "--losses-json", str(record), "--png", str(tmp_path / f"{name}.png"),
+                              "--checkpoint", str(tmp_path / name), "--checkpoint-every", "10"],
+                             capture_output=True, text=True, timeout=600, env={**env, **more_env})
+        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+        return out, json.loads(record.read_text())
+
+    plain, plain_losses = job("plain")
+    faulted, losses = job("faulted", "--max-restarts", "1", "--monitor-interval", "0.5",
+                          OPENMTIA_FAULTS="lost:op=aten::mm,after=400,rank=1,restart=0")
+    assert "torch.AcceleratorError: openmtia: mtia:1 is lost" in faulted.stderr, faulted.stderr[-3000:]
+    assert f"resumed from {tmp_path / 'faulted' / 'step_000010'}: step 10 of 24" in faulted.stdout, faulted.stdout
+    assert "resumed" not in plain.stdout
+    assert losses == plain_losses
+    held = [re.search(r"held-out sums answered correctly: .*", o.stdout).group(0) for o in (plain, faulted)]
+    assert held[0] == held[1], held

@@ -91,7 +91,7 @@ def test_ddp_under_torchrun_equals_one_cpu_process(tmp_path):
 
 
 def test_a_job_killed_by_a_lost_device_resumes_from_its_checkpoint_to_the_same_end(tmp_path):
-    # issue 58: the device is lost at the 300th mm (step ~14); the job is
+    # issue 58: the device is lost at the 300th mm (step ~16: 19 a step); the job is
     # run again (as a restart would), resumes from its last checkpoint (step
     # 10) and ends as the uninterrupted run: the same losses, every step
     def job(name, **env):
@@ -138,7 +138,7 @@ def test_torchrun_restarts_a_ddp_job_whose_rank_lost_its_device_and_it_ends_as_a
 
     plain, plain_losses = job("plain")
     faulted, losses = job("faulted", "--max-restarts", "1", "--monitor-interval", "0.5",
-                          OPENMTIA_FAULTS="lost:op=aten::mm,after=400,rank=1,restart=0")
+                          OPENMTIA_FAULTS="lost:op=aten::mm,after=300,rank=1,restart=0")
     assert "torch.AcceleratorError: openmtia: mtia:1 is lost" in faulted.stderr, faulted.stderr[-3000:]
     assert f"resumed from {tmp_path / 'faulted' / 'step_000010'}: step 10 of 24" in faulted.stdout, faulted.stdout
     assert "resumed" not in plain.stdout

@@ -90,6 +90,7 @@ def test_ddp_under_torchrun_equals_one_cpu_process(tmp_path):
     assert max(abs(a - b) for a, b in zip(ddp, whole)) > 1e-3, (ddp, whole)
 
 
+@pytest.mark.needs_async  # (faults on demand: the emulated driver; the reference one injects none)
 def test_a_job_killed_by_a_lost_device_resumes_from_its_checkpoint_to_the_same_end(tmp_path):
     # issue 58: the device is lost at the 300th mm (after the step-10 checkpoint); the job is
     # run again (as a restart would), resumes from its last checkpoint (step
@@ -120,6 +121,7 @@ def test_a_job_killed_by_a_lost_device_resumes_from_its_checkpoint_to_the_same_e
     assert held[0] == held[1], held
 
 
+@pytest.mark.needs_async  # (faults on demand: the emulated driver)
 def test_torchrun_restarts_a_ddp_job_whose_rank_lost_its_device_and_it_ends_as_an_uninterrupted_run(tmp_path):
     # issue 58: under torchrun --max-restarts 1, rank 1's device is lost
     # after the step-10 checkpoint; TorchElastic restarts both ranks, which

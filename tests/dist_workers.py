@@ -23,6 +23,16 @@ def init(rank, world, port, timeout_s=60, addr="127.0.0.1"):
     return torch.device("mtia", rank % torch.mtia.device_count())
 
 
+def outcome_of(f):
+    """What `f()` raised, as "Type: first line of its message" (the test
+    checks it), or "no error"."""
+    try:
+        f()
+    except Exception as e:  # noqa: BLE001
+        return f"{type(e).__name__}: {e}".splitlines()[0]
+    return "no error"
+
+
 def close_equal(a, b, what, atol=0.0):
     a, b = a.detach().cpu(), b.detach().cpu()
     if not torch.allclose(a, b, atol=atol, rtol=0):
@@ -527,12 +537,7 @@ def dead_rank(rank, world, port, result_path):
         os._exit(0)  # dies without a word to the group
     time.sleep(0.5)
     t0 = time.perf_counter()
-    try:
-        dist.all_reduce(t)
-        t.cpu()
-        outcome = "no error"
-    except Exception as e:  # noqa: BLE001
-        outcome = f"{type(e).__name__}: {e}".splitlines()[0]
+    outcome = outcome_of(lambda: (dist.all_reduce(t), t.cpu()))
     elapsed = time.perf_counter() - t0
     # the device stays usable
     usable = (torch.ones(3, device=dev) * 2).sum().item() == 6.0
@@ -553,17 +558,12 @@ def hung_rank(rank, world, port, result_dir):
     dist.all_reduce(t)
     torch.mtia.synchronize()
     t0 = time.perf_counter()
-    try:
-        if rank == 1:
-            faults.inject("hang", op="c10d:all_reduce")
-            work = dist.all_reduce(t, async_op=True)
-            work.wait(timeout=datetime.timedelta(seconds=2))
-        else:
-            dist.all_reduce(t)
-            t.cpu()
-        outcome = "no error"
-    except Exception as e:  # noqa: BLE001
-        outcome = f"{type(e).__name__}: {e}".splitlines()[0]
+    if rank == 1:
+        faults.inject("hang", op="c10d:all_reduce")
+        work = dist.all_reduce(t, async_op=True)
+        outcome = outcome_of(lambda: work.wait(timeout=datetime.timedelta(seconds=2)))
+    else:
+        outcome = outcome_of(lambda: (dist.all_reduce(t), t.cpu()))
     elapsed = time.perf_counter() - t0
     released = ""
     if rank == 1:
@@ -572,10 +572,7 @@ def hung_rank(rank, world, port, result_dir):
         while not os.path.exists(os.path.join(result_dir, "rank0")) and time.monotonic() < deadline:
             time.sleep(0.1)
         faults.clear()  # the hung collective fails, not run; its failure reaches the stream that waited
-        try:
-            torch.mtia.synchronize()
-        except Exception as e:  # noqa: BLE001
-            released = f"{type(e).__name__}: {e}".splitlines()[0]
+        released = outcome_of(torch.mtia.synchronize)
     usable = (torch.ones(3, device=dev) * 2).sum().item() == 6.0
     with open(os.path.join(result_dir, f"rank{rank}.tmp"), "w") as f:
         f.write(f"{elapsed}\n{usable}\n{outcome}\n{released}\n")

@@ -33,6 +33,15 @@ std::vector<std::string> failing(omr::StreamId stream, const std::vector<std::st
   return failed;
 }
 
+// A fault of `kind` on the pieces of work named `name` (the rest as a
+// fault's defaults: the next one, once).
+omr::Fault workFault(omr::FaultKind kind, std::string name) {
+  omr::Fault f;
+  f.kind = kind;
+  f.name = std::move(name);
+  return f;
+}
+
 }  // namespace
 
 TEST(Faults, ParsesAListAndKeepsThisRanksFaults) {
@@ -84,9 +93,7 @@ TEST(Faults, ABadListSaysWhatIsWrong) {
 TEST(Faults, AKernelFaultFailsTheChosenWorkOnlyAndItDoesNotRun) {
   Cleared cleared;
   const omr::StreamId s = omr::streamFromPool(0, 0);
-  omr::Fault f;
-  f.kind = omr::FaultKind::kKernel;
-  f.name = "b";
+  omr::Fault f = workFault(omr::FaultKind::kKernel, "b");
   f.after = 2;
   f.times = 2;
   omr::injectFault(f);
@@ -181,9 +188,7 @@ void brokenDeviceChild(const omr::Fault& fault, omr::ErrorCode code, const std::
 
 TEST(FaultsDeathTest, AStickyKernelFaultBreaksItsDeviceOnlyAndEveryLaterCallOnItFails) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
-  omr::Fault f;
-  f.kind = omr::FaultKind::kKernel;
-  f.name = "bad";
+  omr::Fault f = workFault(omr::FaultKind::kKernel, "bad");
   f.sticky = true;
   EXPECT_EXIT(brokenDeviceChild(f, omr::ErrorCode::kTaskFailed, "sticky fault in 'bad'"),
               ::testing::ExitedWithCode(0), "");
@@ -191,10 +196,8 @@ TEST(FaultsDeathTest, AStickyKernelFaultBreaksItsDeviceOnlyAndEveryLaterCallOnIt
 
 TEST(FaultsDeathTest, ALostDeviceFailsEveryLaterCallOnItSayingSoAndOthersGoOn) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");
-  omr::Fault f;
-  f.kind = omr::FaultKind::kDeviceLost;
+  omr::Fault f = workFault(omr::FaultKind::kDeviceLost, "bad");
   f.device = 0;
-  f.name = "bad";
   EXPECT_EXIT(brokenDeviceChild(f, omr::ErrorCode::kDeviceLost, "is lost (it fell off the bus in 'bad'"),
               ::testing::ExitedWithCode(0), "");
 }
@@ -202,9 +205,7 @@ TEST(FaultsDeathTest, ALostDeviceFailsEveryLaterCallOnItSayingSoAndOthersGoOn) {
 TEST(Faults, ANonStickyKernelFaultLeavesItsDeviceUsable) {
   Cleared cleared;
   const omr::StreamId s = omr::streamFromPool(0, 0);
-  omr::Fault f;
-  f.kind = omr::FaultKind::kKernel;
-  f.name = "bad";
+  omr::Fault f = workFault(omr::FaultKind::kKernel, "bad");
   omr::injectFault(f);
   EXPECT_EQ(failing(s, {"bad", "good", "bad"}), std::vector<std::string>{"bad"});
   void* p = omr::deviceMalloc(0, 1024);
@@ -214,9 +215,7 @@ TEST(Faults, ANonStickyKernelFaultLeavesItsDeviceUsable) {
 TEST(Faults, WorkTheHostRunsItselfCountsAndFailsAtTheStreamsNextSynchronization) {
   Cleared cleared;
   const omr::StreamId s = omr::streamFromPool(0, 0);
-  omr::Fault f;
-  f.kind = omr::FaultKind::kKernel;
-  f.name = "host";
+  omr::Fault f = workFault(omr::FaultKind::kKernel, "host");
   f.after = 2;
   omr::injectFault(f);
   EXPECT_FALSE(omr::hostWorkFaults(0, s, "host"));
@@ -237,9 +236,7 @@ TEST(Faults, WorkTheHostRunsItselfCountsAndFailsAtTheStreamsNextSynchronization)
 TEST(Faults, AHungStreamRunsNothingMoreUntilTheFaultIsClearedThenGoesOn) {
   Cleared cleared;
   const omr::StreamId s = omr::streamFromPool(0, 0);
-  omr::Fault f;
-  f.kind = omr::FaultKind::kHang;
-  f.name = "stuck";
+  omr::Fault f = workFault(omr::FaultKind::kHang, "stuck");
   omr::injectFault(f);
   bool stuck_ran = false, after_ran = false;
   omr::launch(0, s, "stuck", [&stuck_ran] { stuck_ran = true; });

@@ -111,8 +111,14 @@ void countedWait(void (*wait)(void*), void* arg) {
   else wait(arg);
 }
 
+// Whether a fault was ever armed in this process: until then no work the
+// host runs itself asks the driver (hostWorkFaults), nothing being armed nor
+// broken.
+std::atomic<bool> g_faults_armed{false};
+
 // Arms `f` in the driver `t` (driver ABI 1.5; its flags 1.6).
 OmtiaStatus injectInto(const OmtiaDriver* t, const Fault& f) {
+  g_faults_armed.store(true);
   if (!OMTIA_HAS_FIELD(t, OmtiaDriver, inject_fault) || !t->inject_fault) return OMTIA_ERROR_NOT_SUPPORTED;
   OmtiaFaultArgs a{};
   a.struct_size = sizeof a;
@@ -586,6 +592,7 @@ void clearFaults() {
 }
 
 bool hostWorkFaults(int device, StreamId stream, const char* name) {
+  if (!g_faults_armed.load(std::memory_order_relaxed)) return false;
   const OmtiaDriver& t = T();
   if (!OMTIA_HAS_FIELD(&t, OmtiaDriver, host_work_fault) || !t.host_work_fault) return false;
   int faulted = 0;

@@ -142,12 +142,18 @@ def _create_backend(store, rank, world_size, timeout):
     _sharded_tensors_know_their_mtia_device()
     data = transport(dist.PrefixStore("data/", store), rank, world_size, timeout)
     check = mesh = None
-    if world_size > 1 and os.environ.get("OPENMTIA_C10D_CHECK", "1") != "0":  # (one rank: nothing to disagree with)
+    checking = os.environ.get("OPENMTIA_C10D_CHECK", "1") != "0"
+    checksums = os.environ.get("OPENMTIA_C10D_CHECKSUM", "0")
+    if checksums not in ("0", "1"):
+        raise ValueError(f"OPENMTIA_C10D_CHECKSUM={checksums!r}: expected 0 or 1")
+    if checksums == "1" and not checking:
+        raise ValueError("OPENMTIA_C10D_CHECKSUM=1 needs the collectives' check, which OPENMTIA_C10D_CHECK=0 turns off")
+    if world_size > 1 and checking:  # (one rank: nothing to disagree with)
         check = dist.ProcessGroupGloo(dist.PrefixStore("check/", store), rank, world_size, timeout)
         mesh = signature_mesh(dist.PrefixStore("check/", store), rank, world_size, timeout)
     # The rank's device: init_process_group's device_id, else the device of
     # its first collective's tensors (as NCCL guesses it).
-    return _C._c10d_backend(data, check, mesh, rank, world_size, -1, timeout.total_seconds())
+    return _C._c10d_backend(data, check, mesh, rank, world_size, -1, timeout.total_seconds(), checksums == "1")
 
 
 def _keep_gloo_for_cpu_tensors():

@@ -18,9 +18,11 @@ run, and every later call on the device raises torch.AcceleratorError
 saying it is lost; other devices go on), "hang" (a piece of work hangs its
 stream: its synchronization blocks, with no timeout, as CUDA's; c10d's
 timeouts catch a hung collective; clear() releases it: it fails, not run,
-and the stream goes on).
+and the stream goes on), "corrupt" (a collective's received payload has one
+bit flipped: silently, unless OPENMTIA_C10D_CHECKSUM=1 makes every rank
+raise at the next synchronization).
 
-Settings (each optional): device=D and, for kernels, lost devices and hangs,
+Settings (each optional): device=D and, for kernels, lost devices, hangs and corruption,
 stream=S (a stream's id) and op=NAME (the work's name: the aten op,
 "aten::mm"), for kernels sticky=True; after=N (the
 N-th matching event from now fails first; 1, the next, by default),
@@ -65,7 +67,7 @@ def _spec(kind, settings):
 
 
 def inject(kind, **settings):
-    """Arms a fault: `kind` ("oom", "pinned_oom", "kernel", "lost", "hang") with the
+    """Arms a fault: `kind` ("oom", "pinned_oom", "kernel", "lost", "hang", "corrupt") with the
     settings above. Raises ValueError for an unknown kind or setting."""
     spec = _spec(kind, settings)
     if ";" in spec:

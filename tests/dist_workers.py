@@ -580,6 +580,53 @@ def hung_rank(rank, world, port, result_dir):
     dist.destroy_process_group()
 
 
+def corrupt_payload(rank, world, port, result_dir, checksums):
+    """Rank 1 receives a corrupted payload (a corrupt fault: one bit of the
+    collective's result flipped in transit) in each of four collectives.
+    With checksums on, every rank raises naming the collective; off, rank 1
+    silently holds another result than rank 0. Both ranks write what they
+    saw and their results; then a collective with no fault equals CPU's."""
+    import openmtia.faults as faults
+
+    os.environ["OPENMTIA_C10D_CHECKSUM"] = checksums
+    dev = init(rank, world, port, timeout_s=30)
+    parts = [torch.randn(1000, generator=torch.Generator().manual_seed(r)) for r in range(world)]
+    big = [torch.randn(40000, generator=torch.Generator().manual_seed(10 + r)) for r in range(world)]
+
+    def all_reduce(x):
+        t = x[rank].to(dev)
+        dist.all_reduce(t)
+        return t
+
+    def broadcast(_):
+        t = parts[rank].to(dev)
+        dist.broadcast(t, src=0)
+        return t
+
+    def all_gather_into_tensor(_):
+        out = torch.empty(world * 1000, device=dev)
+        dist.all_gather_into_tensor(out, parts[rank].to(dev))
+        return out
+
+    lines, results = [], []
+    for name, op, x in [("all_reduce", all_reduce, parts), ("all_reduce", all_reduce, big),
+                        ("broadcast", broadcast, None), ("all_gather_into_tensor", all_gather_into_tensor, None)]:
+        if rank == 1:
+            faults.inject("corrupt", op=f"c10d:{name}")
+        out = []
+        lines.append(outcome_of(lambda: out.append(op(x).cpu())))
+        faults.clear()
+        results.append(out[0] if out else None)
+    # the group and the device go on
+    t = parts[rank].to(dev)
+    dist.all_reduce(t)
+    after = torch.equal(t.cpu(), parts[0] + parts[1])
+    torch.save(results, os.path.join(result_dir, f"results{rank}.pt"))
+    with open(os.path.join(result_dir, f"rank{rank}"), "w") as f:
+        f.write("\n".join(lines + [str(after)]) + "\n")
+    dist.destroy_process_group()
+
+
 # ---------------------------------------------------------------- training
 class Net(torch.nn.Module):
     def __init__(self, unused=False):

@@ -3,6 +3,7 @@
 Each test runs its ranks as processes (tests/dist_workers.py), one mtia device
 per rank, talking over loopback.
 """
+import datetime
 import os
 import re
 import socket
@@ -105,6 +106,49 @@ def test_a_rank_whose_collective_hangs_makes_the_other_raise_within_the_timeout(
     assert 1.9 < float(elapsed) < 4, (elapsed, outcome)  # its wait's own timeout
     assert re.search(r"'c10d:all_reduce' hung mtia:1 stream \d+ until the fault was released", released), released
     assert usable == "True"
+
+
+@pytest.mark.needs_async
+@pytest.mark.parametrize("checksums", ["1", "0"])
+def test_a_corrupted_payload_is_caught_by_the_result_checksum_on_every_rank(tmp_path, checksums):
+    # rank 1 receives one flipped bit in each of four collectives (a corrupt
+    # fault): an all_reduce in one exchange, one through Gloo, a broadcast,
+    # an all_gather_into_tensor
+    spawn(dist_workers.corrupt_payload, str(tmp_path), checksums, timeout=120)
+    names = ["all_reduce", "all_reduce", "broadcast", "all_gather_into_tensor"]
+    results = {r: torch.load(tmp_path / f"results{r}.pt") for r in (0, 1)}
+    for r in (0, 1):
+        *outcomes, after = (tmp_path / f"rank{r}").read_text().splitlines()
+        assert after == "True", f"rank {r}: a collective after the corruption differs from CPU's"
+        for call, (name, outcome) in enumerate(zip(names, outcomes)):
+            if checksums == "1":
+                assert re.fullmatch(
+                    rf"AcceleratorError: openmtia: asynchronous task 'c10d_wait' failed on mtia:{r} stream \d+: "
+                    rf"openmtia: corrupted payload: the result of {name} \(call \d+ of this "
+                    r"process group\) differs across ranks: rank 1 received other data than rank 0's \(result "
+                    r"checksums differ\): the data was damaged in transit", outcome), (r, outcome)
+                assert results[r][call] is None
+            else:  # undetected: rank 1 trains on another result, silently
+                assert outcome == "no error", (r, outcome)
+    if checksums == "0":
+        for call in range(len(names)):
+            a, b = results[0][call], results[1][call]
+            assert not torch.equal(a, b), names[call]
+            assert (a != b).sum() <= 1 or torch.isnan(b).any() or torch.isnan(a).any(), names[call]
+
+
+@pytest.mark.parametrize("env, message", [
+    ({"OPENMTIA_C10D_CHECKSUM": "yes"}, "OPENMTIA_C10D_CHECKSUM='yes': expected 0 or 1"),
+    ({"OPENMTIA_C10D_CHECKSUM": "1", "OPENMTIA_C10D_CHECK": "0"},
+     "OPENMTIA_C10D_CHECKSUM=1 needs the collectives' check, which OPENMTIA_C10D_CHECK=0 turns off"),
+])
+def test_a_bad_checksum_setting_raises_at_the_groups_creation(monkeypatch, env, message):
+    import openmtia.distributed
+
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        openmtia.distributed._create_backend(dist.HashStore(), 0, 1, datetime.timedelta(seconds=5))
 
 
 @pytest.mark.parametrize("variant", ["plain", "gradient_as_bucket_view", "find_unused_parameters", "no_sync",

@@ -230,15 +230,21 @@ BROKEN_DEVICE = """
     (a @ a).sum().item()  # (the signature's first call ran already)
     faults.inject(KIND, **SETTINGS)
     y = a @ a  # returns: the device faults in the kernel
-    z = a + 1  # queued behind it: never runs
     def error(f):
         try:
             f()
         except torch.AcceleratorError as e:
             return e.error_code, str(e)
         raise AssertionError("no error")
+    # queued behind it, never to run; or, if the device broke already, refused at the call
+    try:
+        z = a + 1
+        early = None
+    except torch.AcceleratorError as e:
+        z, early = None, (e.error_code, str(e))
     first = error(torch.mtia.synchronize)
     assert first[0] == CODE and SAYS in first[1], first
+    assert early in (None, first), early
     # every later call on the device fails the same way, not once
     for call in (torch.mtia.synchronize, lambda: a + 1, lambda: a.cpu(), lambda: torch.mtia.Event().record(),
                  lambda: torch.ones(3).to("mtia"), lambda: torch.mtia.current_stream().synchronize()):

@@ -16,6 +16,12 @@
 // over sockets to the other ranks (signature_mesh.h): a mismatch across ranks
 // raises a clear error on every rank instead of letting Gloo abort the
 // process. Sends and receives tell their sizes on a second, tiny Gloo group.
+//
+// With checksums on (OPENMTIA_C10D_CHECKSUM=1), a collective whose result is
+// the same on every rank (broadcast, all_reduce, all_gather and their
+// coalesced forms) exchanges a checksum of its result on the mesh once the
+// data moved: a payload damaged in transit (a corrupt fault, faults.h) raises
+// on every rank instead of training on silently different parameters.
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/utils/pybind.h>
 
@@ -26,6 +32,8 @@
 
 #include <array>
 #include <atomic>
+#include <cstring>
+#include <map>
 #include <sstream>
 
 #include "openmtia/runtime.h"
@@ -76,6 +84,50 @@ void addTransfers(Signature& sig, int rank, const std::vector<int64_t>& sends, c
   }
   sig[kSends] = static_cast<int64_t>(s);
   sig[kExpects] = static_cast<int64_t>(e);
+}
+
+// A checksum of a tensor's bytes (Fletcher's two sums over 64-bit words):
+// any one flipped bit changes it.
+uint64_t checksum(const at::Tensor& t, uint64_t h) {
+  at::Tensor c = t.contiguous();
+  const auto* p = static_cast<const unsigned char*>(c.data_ptr());
+  const size_t n = c.numel() * c.element_size();
+  uint64_t a = 0, b = 0;
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t w;
+    std::memcpy(&w, p + i, 8);
+    a += w;
+    b += a;
+  }
+  uint64_t tail = 0;
+  std::memcpy(&tail, p + i, n - i);
+  a += tail;
+  b += a;
+  return transferHash(static_cast<int64_t>(h ^ a), static_cast<int64_t>(b), static_cast<int64_t>(n));
+}
+
+// The collectives whose result is the same on every rank: their checksums must agree.
+bool rankEqualResult(OpType type) {
+  switch (type) {
+    case OpType::BROADCAST:
+    case OpType::ALLREDUCE:
+    case OpType::ALLREDUCE_COALESCED:
+    case OpType::ALLGATHER:
+    case OpType::_ALLGATHER_BASE:
+    case OpType::ALLGATHER_COALESCED:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// The bytes a tensor's elements span in its storage, from its first element.
+size_t spanBytes(const at::Tensor& t) {
+  if (t.numel() == 0) return 0;
+  int64_t last = 0;
+  for (int64_t d = 0; d < t.dim(); ++d) last += (t.size(d) - 1) * std::max<int64_t>(t.stride(d), 0);
+  return static_cast<size_t>(last + 1) * t.element_size();
 }
 
 // What Gloo gets for a device tensor where device memory is not
@@ -184,11 +236,13 @@ void reduceScatterInOneExchange(c10d::Backend& transport, const at::Tensor& in, 
 class MtiaBackend final : public c10d::Backend {
  public:
   MtiaBackend(c10::intrusive_ptr<c10d::Backend> transport, c10::intrusive_ptr<c10d::Backend> check,
-              std::shared_ptr<SignatureMesh> mesh, int rank, int size, int device, std::chrono::milliseconds timeout)
+              std::shared_ptr<SignatureMesh> mesh, int rank, int size, int device, std::chrono::milliseconds timeout,
+              bool checksums)
       : Backend(rank, size),
         transport_(std::move(transport)),
         check_(std::move(check)),
         mesh_(std::move(mesh)),
+        checksums_(checksums),
         timeout_ms_(timeout.count()),
         completer_(new Completer()) {
     if (device >= 0) bindDevice(device);
@@ -734,6 +788,34 @@ class MtiaBackend final : public c10d::Backend {
           std::to_string(rank) + " " + sizes);
   }
 
+  // Every rank's checksum of a rank-equal result, exchanged once the data moved.
+  static void verifyChecksums(SignatureMesh& mesh, const Tensors& received, int64_t seq, const char* name, int size,
+                              int rank, std::chrono::milliseconds timeout) {
+    uint64_t h = 0;
+    for (const at::Tensor& t : received) h = checksum(t, h);
+    const int64_t mine[2] = {seq, static_cast<int64_t>(h)};
+    std::vector<int64_t> all(static_cast<size_t>(size) * 2);
+    mesh.exchange(mine, all.data(), 2, timeout);
+    // the ranks whose result differs from the one most ranks hold (rank 0's on a tie)
+    std::map<int64_t, int> votes;
+    for (int r = 0; r < size; ++r) ++votes[all[2 * r + 1]];
+    int64_t common = all[1];
+    for (const auto& [sum, n] : votes)
+      if (n > votes[common]) common = sum;
+    std::vector<int> odd;
+    int holder = -1;  // the first rank holding the common result
+    for (int r = 0; r < size; ++r)
+      if (all[2 * r + 1] != common) odd.push_back(r);
+      else if (holder < 0) holder = r;
+    if (odd.empty()) return;
+    std::ostringstream o;
+    o << "openmtia: corrupted payload: the result of " << name << " (call " << seq
+      << " of this process group) differs across ranks: rank" << (odd.size() > 1 ? "s" : "");
+    for (size_t i = 0; i < odd.size(); ++i) o << (i ? ", " : " ") << odd[i];
+    o << " received other data than rank " << holder << "'s (result checksums differ): the data was damaged in transit";
+    throw std::runtime_error(o.str());
+  }
+
   enum class Lane { kCollective, kSend, kRecv };
 
   WorkPtr issue(OpType type, const char* name, const Tensors& tensors, Tensors outputs,
@@ -755,6 +837,12 @@ class MtiaBackend final : public c10d::Backend {
       mesh = mesh_;
     }
     std::chrono::milliseconds timeout(timeout_ms_.load());
+    const bool verify = mesh && checksums_ && rankEqualResult(type);
+    // what the task received: host views of the outputs (the task, the
+    // device, reads and writes them), for a corrupt fault and the checksum
+    Tensors received;
+    for (const at::Tensor& o : outputs)
+      if (o.defined() && o.numel() > 0) received.push_back(o.device().type() == kMTIA ? hostView(o) : o);
 
     // the staged buffers of this op's tensors (hostViews), and which go back (the outputs')
     std::vector<Staged> stage_in = std::move(staging_), stage_out;
@@ -797,7 +885,8 @@ class MtiaBackend final : public c10d::Backend {
     int size = getSize(), rank = getRank();
     OMR_CALL(omr::launch(exec, stream, (std::string("c10d:") + name).c_str(),
                          [op, run = std::move(run), mesh, sig, timeout, size, rank, sizes = std::move(sizes),
-                          stage_in = std::move(stage_in), stage_out = std::move(stage_out)] {
+                          stage_in = std::move(stage_in), stage_out = std::move(stage_out), exec, stream, name,
+                          received = std::move(received), verify] {
                            try {
                              if (mesh) {
                                std::vector<int64_t> all(static_cast<size_t>(size) * kSig);
@@ -808,6 +897,10 @@ class MtiaBackend final : public c10d::Backend {
                              WorkPtr w = run();
                              if (w) w->wait();
                              for (const Staged& s : stage_out) s.device.copy_(s.host);
+                             if (!received.empty())
+                               OMR_CALL(omr::dataReceived(exec, stream, (std::string("c10d:") + name).c_str(),
+                                                          received[0].data_ptr(), spanBytes(received[0])));
+                             if (verify) verifyChecksums(*mesh, received, (*sig)[kSeq], name, size, rank, timeout);
                              op->finish(nullptr);
                            } catch (abi::__forced_unwind&) {
                              throw;  // the thread is being ended (see the stream worker's loop)
@@ -826,6 +919,7 @@ class MtiaBackend final : public c10d::Backend {
 
   c10::intrusive_ptr<c10d::Backend> transport_, check_;  // check_: the sizes of sends and receives
   std::shared_ptr<SignatureMesh> mesh_;                  // the signatures of collectives
+  const bool checksums_;                                 // of rank-equal results, on the mesh
   std::atomic<int64_t> timeout_ms_;
   std::unique_ptr<Completer> completer_;
   int device_ = -1;
@@ -840,7 +934,7 @@ void initDistributedBindings(py::module& m) {
   m.def(
       "_c10d_backend",
       [](py::object transport, py::object check, std::optional<std::vector<int>> mesh_fds, int rank, int size,
-         int device, double timeout_s) {
+         int device, double timeout_s, bool checksums) {
         auto unwrap = [](py::object o) -> c10::intrusive_ptr<c10d::Backend> {
           if (o.is_none()) return {};
           return o.cast<c10::intrusive_ptr<c10d::Backend>>();
@@ -849,13 +943,14 @@ void initDistributedBindings(py::module& m) {
         if (mesh_fds) mesh = std::make_shared<SignatureMesh>(*mesh_fds, rank);
         c10::intrusive_ptr<c10d::Backend> backend = c10::make_intrusive<MtiaBackend>(
             unwrap(transport), unwrap(check), std::move(mesh), rank, size, device,
-            std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
+            std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)), checksums);
         return backend;
       },
       py::arg("transport"), py::arg("check"), py::arg("mesh_fds"), py::arg("rank"), py::arg("size"),
-      py::arg("device"), py::arg("timeout_s"),
+      py::arg("device"), py::arg("timeout_s"), py::arg("checksums") = false,
       "openmtia's c10d backend over a transport (a c10d backend of host tensors: Gloo), a Gloo group for the sizes "
-      "of sends and receives and the sockets to every rank for the signatures of collectives (or None: no check)");
+      "of sends and receives and the sockets to every rank for the signatures of collectives (or None: no check); "
+      "checksums: rank-equal results are compared across ranks on those sockets");
   m.def("_c10d_local_transport", &makeLocalTransport,
         "the transport of a process group of one rank: collectives run in their task, no Gloo");
 }

@@ -600,6 +600,15 @@ bool hostWorkFaults(int device, StreamId stream, const char* name) {
   return faulted != 0;
 }
 
+bool dataReceived(int device, StreamId stream, const char* name, void* data, size_t bytes) {
+  if (!g_faults_armed.load(std::memory_order_relaxed)) return false;
+  const OmtiaDriver& t = T();
+  if (!OMTIA_HAS_FIELD(&t, OmtiaDriver, data_received) || !t.data_received) return false;
+  int corrupted = 0;
+  check(t.data_received(handle(device, stream), name, data, bytes, &corrupted));
+  return corrupted != 0;
+}
+
 // ------------------------------------------------------------ graphs
 
 Graph* graphCreate() {

@@ -47,8 +47,10 @@ std::vector<Fault> parseFaults(const std::string& spec, int rank, int restart) {
     else if (kind == "kernel") f.kind = FaultKind::kKernel;
     else if (kind == "lost") f.kind = FaultKind::kDeviceLost;
     else if (kind == "hang") f.kind = FaultKind::kHang;
-    else bad(text, "unknown fault kind '" + kind + "' (oom, pinned_oom, kernel, lost, hang)");
-    const bool work = f.kind == FaultKind::kKernel || f.kind == FaultKind::kDeviceLost || f.kind == FaultKind::kHang;
+    else if (kind == "corrupt") f.kind = FaultKind::kCorrupt;
+    else bad(text, "unknown fault kind '" + kind + "' (oom, pinned_oom, kernel, lost, hang, corrupt)");
+    const bool work = f.kind == FaultKind::kKernel || f.kind == FaultKind::kDeviceLost || f.kind == FaultKind::kHang ||
+                      f.kind == FaultKind::kCorrupt;
     bool mine = true;
     if (colon != std::string::npos) {
       for (const std::string& setting : split(text.substr(colon + 1), ',')) {

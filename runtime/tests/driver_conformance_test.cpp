@@ -999,6 +999,19 @@ TEST(Driver, ShutdownRunsLaunchedWorkThenRunsLaunchesInline) {
       ::testing::ExitedWithCode(0), "");
 }
 
+TEST(Driver, ReceivedDataIsLeftAsItIsWithNoFaultArmed) {
+  Stream s(0);
+  std::vector<unsigned char> data(64, 0x5a);
+  int corrupted = -1;
+  OK(D->data_received(s.s, "c10d:all_reduce", data.data(), data.size(), &corrupted));
+  EXPECT_EQ(corrupted, 0);
+  EXPECT_EQ(data, std::vector<unsigned char>(64, 0x5a));
+  EXPECT_EQ(D->data_received(s.s, "c10d:all_reduce", data.data(), data.size(), nullptr), OMTIA_ERROR_INVALID_VALUE);
+  EXPECT_EQ(D->data_received(nullptr, "c10d:all_reduce", data.data(), data.size(), &corrupted),
+            OMTIA_ERROR_INVALID_VALUE);
+  OK(D->stream_synchronize(s.s));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {

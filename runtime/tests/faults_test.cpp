@@ -62,6 +62,12 @@ TEST(Faults, ParsesAListAndKeepsThisRanksFaults) {
   EXPECT_EQ(more[1].device, 1);
   EXPECT_EQ(more[1].name, "aten::mm");
   EXPECT_EQ(more[1].after, 4u);
+  auto corrupt = omr::parseFaults("corrupt:op=c10d:all_reduce,after=2,seed=7", 0);
+  ASSERT_EQ(corrupt.size(), 1u);
+  EXPECT_EQ(corrupt[0].kind, omr::FaultKind::kCorrupt);
+  EXPECT_EQ(corrupt[0].name, "c10d:all_reduce");
+  EXPECT_EQ(corrupt[0].after, 2u);
+  EXPECT_EQ(corrupt[0].seed, 7u);
   EXPECT_EQ(omr::parseFaults("kernel:rank=1", 1).size(), 1u);
   EXPECT_EQ(omr::parseFaults("kernel:restart=0", 0).size(), 1u);  // (a job's first run)
   EXPECT_EQ(omr::parseFaults("kernel:restart=0", 0, 1).size(), 0u);
@@ -80,7 +86,7 @@ TEST(Faults, ABadListSaysWhatIsWrong) {
     }
     return std::string("no error");
   };
-  EXPECT_EQ(message("disk"), "fault 'disk': unknown fault kind 'disk' (oom, pinned_oom, kernel, lost, hang)");
+  EXPECT_EQ(message("disk"), "fault 'disk': unknown fault kind 'disk' (oom, pinned_oom, kernel, lost, hang, corrupt)");
   EXPECT_EQ(message("kernel:sticky=2"), "fault 'kernel:sticky=2': sticky=2 is not 0 or 1");
   EXPECT_EQ(message("oom:sticky=1"),
             "fault 'oom:sticky=1': unknown setting 'sticky' (device, after, times, rate, seed, rank, restart)");
@@ -231,6 +237,40 @@ TEST(Faults, WorkTheHostRunsItselfCountsAndFailsAtTheStreamsNextSynchronization)
   }
   omr::streamSynchronize(0, s);  // once
   EXPECT_FALSE(omr::hostWorkFaults(0, s, "host"));
+}
+
+// The bits of `a` that differ from `b`'s.
+static int bitsDiffering(const std::vector<unsigned char>& a, const std::vector<unsigned char>& b) {
+  int n = 0;
+  for (size_t i = 0; i < a.size(); ++i) n += __builtin_popcount(a[i] ^ b[i]);
+  return n;
+}
+
+TEST(Faults, ACorruptFaultFlipsOneBitOfTheChosenReceivedDataTheSameForTheSameSeed) {
+  Cleared cleared;
+  const omr::StreamId s = omr::streamFromPool(0, 0);
+  const std::vector<unsigned char> sent(4096, 0x5a);
+  auto received = [&](const char* name) {
+    std::vector<unsigned char> data = sent;
+    const bool corrupted = omr::dataReceived(0, s, name, data.data(), data.size());
+    EXPECT_EQ(corrupted, bitsDiffering(data, sent) == 1) << name;
+    return data;
+  };
+  EXPECT_FALSE(omr::dataReceived(0, s, "c10d:all_reduce", nullptr, 0));  // nothing armed
+  omr::Fault f = workFault(omr::FaultKind::kCorrupt, "c10d:all_reduce");
+  f.after = 2;
+  f.seed = 3;
+  omr::injectFault(f);
+  EXPECT_EQ(received("c10d:all_reduce"), sent);  // the first: left as it was
+  EXPECT_EQ(received("c10d:broadcast"), sent);   // another name
+  const std::vector<unsigned char> first = received("c10d:all_reduce");  // the second: one bit flipped
+  EXPECT_EQ(bitsDiffering(first, sent), 1);
+  EXPECT_EQ(received("c10d:all_reduce"), sent);  // once
+  omr::streamSynchronize(0, s);                  // (nothing is reported: the data is wrong, silently)
+  omr::clearFaults();
+  omr::injectFault(f);
+  received("c10d:all_reduce");
+  EXPECT_EQ(received("c10d:all_reduce"), first);  // the same seed flips the same bit
 }
 
 TEST(Faults, AHungStreamRunsNothingMoreUntilTheFaultIsClearedThenGoesOn) {

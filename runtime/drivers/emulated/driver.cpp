@@ -519,6 +519,16 @@ OmtiaStatus hostWorkFault(OmtiaStream stream, const char* name, int* faulted) {
   });
 }
 
+OmtiaStatus dataReceived(OmtiaStream stream, const char* name, void* data, size_t bytes, int* corrupted) {
+  return call([&] {
+    need(stream, "stream");
+    need(corrupted, "corrupted");
+    if (bytes) need(data, "data");
+    usable(stream->device);
+    *corrupted = eng::dataReceived(stream->device, stream->id, name ? name : "", data, bytes) ? 1 : 0;
+  });
+}
+
 const OmtiaDriver kDriver = {
     sizeof(OmtiaDriver),
     OMTIA_DRIVER_ABI_MAJOR,
@@ -572,6 +582,7 @@ const OmtiaDriver kDriver = {
     &injectFault,
     &clearFaults,
     &hostWorkFault,
+    &dataReceived,
 };
 
 }  // namespace

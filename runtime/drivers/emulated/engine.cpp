@@ -991,6 +991,10 @@ bool hostWorkFaults(int device, StreamId stream, const char* name) {
   return true;
 }
 
+bool dataReceived(int device, StreamId stream, const char* name, void* data, size_t bytes) {
+  return faults::corrupt(device, getStream(device, stream).label, name, data, bytes);
+}
+
 void deviceSynchronize(int device) {
   checkNotForked();
   auto streams = Runtime::get().device(device).startedStreams();

@@ -105,6 +105,9 @@ void deviceWaitIdle(int device);  // raises nothing, destroys no task
 // `name`, on `stream`: whether an armed fault fails it (faults.h); if so the
 // failure is the stream's error, raised at its next synchronization.
 bool hostWorkFaults(int device, StreamId stream, const char* name);
+// Data work of the stream received from outside the device: whether an armed
+// corrupt fault flipped a bit of it (faults::corrupt, by the stream's label).
+bool dataReceived(int device, StreamId stream, const char* name, void* data, size_t bytes);
 void stopWorkers();               // from then on tasks run on the launching thread
 
 // ---------------------------------------------------------------- tracing

@@ -54,7 +54,7 @@ bool matches(const Fault& f, Kind kind, int device, int64_t stream, const char* 
 
 void inject(const Fault& fault) {
   if (fault.kind != Kind::kDeviceOutOfMemory && fault.kind != Kind::kPinnedOutOfMemory && fault.kind != Kind::kKernel &&
-      fault.kind != Kind::kDeviceLost && fault.kind != Kind::kHang)
+      fault.kind != Kind::kDeviceLost && fault.kind != Kind::kHang && fault.kind != Kind::kCorrupt)
     throw Error(ErrorCode::kInvalidValue, "inject_fault: unknown fault kind " + std::to_string(int(fault.kind)));
   if (fault.after == 0) throw Error(ErrorCode::kInvalidValue, "inject_fault: after counts from 1 (the next event)");
   if (!(fault.rate >= 0 && fault.rate <= 1)) throw Error(ErrorCode::kInvalidValue, "inject_fault: rate not in [0, 1]");
@@ -128,6 +128,23 @@ WorkFault workHitSlow(int device, int64_t stream, const char* name) {
     out = std::max(out, w);
   }
   return out;
+}
+
+bool corruptSlow(int device, int64_t stream, const char* name, void* data, size_t bytes) {
+  std::lock_guard<std::mutex> lk(g_mu);
+  uint64_t seed = 0, n = 0;
+  bool hit = false;
+  for (Armed& a : g_faults) {
+    if (!matches(a.fault, Kind::kCorrupt, device, stream, name) || !fails(a)) continue;
+    hit = true;
+    seed = a.fault.seed;
+    n = a.seen;
+  }
+  if (!hit || bytes == 0 || data == nullptr) return hit;
+  // one bit of the payload, the same for the same seed and count
+  const uint64_t bit = static_cast<uint64_t>(draw(seed ^ 0x636f7272757074ull, n) * static_cast<double>(bytes * 8));
+  static_cast<unsigned char*>(data)[bit / 8] ^= static_cast<unsigned char>(1u << (bit % 8));
+  return true;
 }
 
 void breakDevice(int device, bool lost, const std::string& message) {

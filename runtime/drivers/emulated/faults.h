@@ -17,13 +17,13 @@ namespace omr {
 namespace engine {
 namespace faults {
 
-enum class Kind { kDeviceOutOfMemory = 1, kPinnedOutOfMemory = 2, kKernel = 3, kDeviceLost = 4, kHang = 5 };
+enum class Kind { kDeviceOutOfMemory = 1, kPinnedOutOfMemory = 2, kKernel = 3, kDeviceLost = 4, kHang = 5, kCorrupt = 6 };
 
 struct Fault {
   Kind kind = Kind::kKernel;
   int device = -1;       // -1: any
-  int64_t stream = -1;   // kKernel: the stream's label (-1: any)
-  std::string name;      // kKernel: the work's name ("": any)
+  int64_t stream = -1;   // faults of work: the stream's label (-1: any)
+  std::string name;      // faults of work: the work's name ("": any)
   uint64_t after = 1;    // the first matching event that fails (1: the next)
   uint64_t times = 1;    // how many fail from there on (0: all)
   double rate = 0;       // > 0: each matching event fails with this probability instead
@@ -48,6 +48,14 @@ enum class WorkFault { kNone, kFault, kStickyFault, kHang, kLost };
 WorkFault workHitSlow(int device, int64_t stream, const char* name);
 inline WorkFault workHit(int device, int64_t stream, const char* name) {
   return g_armed.load(std::memory_order_relaxed) ? workHitSlow(device, stream, name) : WorkFault::kNone;
+}
+
+// Data a piece of work received (a collective's payload): an armed corrupt
+// fault that matches flips one bit of it, chosen by its seed and count, and
+// returns true.
+bool corruptSlow(int device, int64_t stream, const char* name, void* data, size_t bytes);
+inline bool corrupt(int device, int64_t stream, const char* name, void* data, size_t bytes) {
+  return g_armed.load(std::memory_order_relaxed) && corruptSlow(device, stream, name, data, bytes);
 }
 
 // A hung piece of work: blocks the calling thread until the hangs are

@@ -908,6 +908,17 @@ static OmtiaStatus hostWorkFault(OmtiaStream stream, const char* name, int* faul
   return ok();
 }
 
+/* Received data is left as it is (ABI 1.7): no corrupt fault is ever armed. */
+static OmtiaStatus dataReceived(OmtiaStream stream, const char* name, void* data, size_t bytes, int* corrupted) {
+  (void)name;
+  (void)data;
+  (void)bytes;
+  if (!stream) return fail(OMTIA_ERROR_INVALID_VALUE, "stream is null");
+  if (!corrupted) return fail(OMTIA_ERROR_INVALID_VALUE, "corrupted is null");
+  *corrupted = 0; /* (no fault is ever armed) */
+  return ok();
+}
+
 /* ------------------------------------------------------------ the table */
 
 static const OmtiaDriver kDriver = {
@@ -923,7 +934,7 @@ static const OmtiaDriver kDriver = {
     graphTaskName, graphLaunch, graphClear,
     setWaitHook, setIdleHook, setActivityCallback,
     setHostWorkHook, workRunsParallel,
-    injectFault, clearFaults, hostWorkFault,
+    injectFault, clearFaults, hostWorkFault, dataReceived,
 };
 
 OMTIA_DRIVER_EXPORT const OmtiaDriver* openmtia_driver_get(uint32_t caller_abi_major) {

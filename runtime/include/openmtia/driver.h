@@ -46,7 +46,7 @@ extern "C" {
 #endif
 
 #define OMTIA_DRIVER_ABI_MAJOR 1
-#define OMTIA_DRIVER_ABI_MINOR 6
+#define OMTIA_DRIVER_ABI_MINOR 7
 
 /* The name of the one function a driver library exports. */
 #define OMTIA_DRIVER_ENTRY_POINT "openmtia_driver_get"
@@ -239,7 +239,7 @@ typedef uint64_t (*OmtiaCorrelationHook)(void);
 /* Called on a driver thread once a piece of work ran. */
 typedef void (*OmtiaActivityCallback)(const OmtiaActivityRecord* record, void* user);
 
-/* ------------------------------------------------------------ faults (ABI 1.5; 1.6) */
+/* ------------------------------------------------------------ faults (ABI 1.5; 1.6; 1.7) */
 
 /* Faults on demand, for tests of error paths: the driver fails as a real
  * device would, when asked. */
@@ -255,17 +255,21 @@ typedef enum OmtiaFaultKind {
                                  that work and all queued after it never run, and
                                  every later call on the device returns
                                  OMTIA_ERROR_DEVICE_LOST; other devices go on */
-  OMTIA_FAULT_HANG = 5        /* ABI 1.6: a piece of work hangs: its stream runs
+  OMTIA_FAULT_HANG = 5,       /* ABI 1.6: a piece of work hangs: its stream runs
                                  nothing more until clear_faults or shutdown
                                  release it (it then fails, not run) */
+  OMTIA_FAULT_CORRUPT = 6     /* ABI 1.7: data a piece of work received from
+                                 outside the device (a collective's payload,
+                                 data_received) arrives with one bit flipped,
+                                 as over a faulty link; nothing is reported */
 } OmtiaFaultKind;
 
 typedef struct OmtiaFaultArgs {
   size_t struct_size;
   int kind;          /* OmtiaFaultKind */
   int device;        /* the device whose events count (-1: any; pinned memory has none) */
-  int64_t stream;    /* OMTIA_FAULT_KERNEL: work of the stream of this label only (-1: any) */
-  const char* name;  /* OMTIA_FAULT_KERNEL: work of this name only (NULL: any); copied */
+  int64_t stream;    /* faults of work: work of the stream of this label only (-1: any) */
+  const char* name;  /* faults of work: work of this name only (NULL: any); copied */
   uint64_t after;    /* the matching event that fails first, counted from the injection (1: the next) */
   uint64_t times;    /* how many matching events fail from there on (0: every one) */
   double rate;       /* > 0: instead, each matching event fails with this probability */
@@ -394,6 +398,12 @@ typedef struct OmtiaDriver {
    * at its next synchronization as if the work had run there; else 0. On a
    * broken device it fails as every call does. */
   OmtiaStatus (*host_work_fault)(OmtiaStream stream, const char* name, int* faulted);
+  /* ABI 1.7: a piece of work of `stream` named `name` received `bytes` at
+   * `data` (memory of the device, or host memory staged for it) from outside
+   * the device: a collective's payload. An armed OMTIA_FAULT_CORRUPT that
+   * matches it flips one bit of the data (the same bit for the same seed)
+   * and sets *corrupted to 1; else 0. Each call counts as one event. */
+  OmtiaStatus (*data_received)(OmtiaStream stream, const char* name, void* data, size_t bytes, int* corrupted);
 } OmtiaDriver;
 
 /* The entry point: the driver's table (static, never freed), or null if it

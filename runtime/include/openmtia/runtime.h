@@ -315,7 +315,7 @@ using SubmitHook = void (*)(int begin);
 void setTracing(TagHook tag, TraceSink sink, SubmitHook submitted = nullptr);
 
 // ---------------------------------------------------------------- faults
-// Faults on demand, for tests of error paths (driver ABI 1.5, 1.6; docs/faults.md):
+// Faults on demand, for tests of error paths (driver ABI 1.5-1.7; docs/faults.md):
 // the driver fails as a real device would, when asked. A fault counts the
 // events it matches (a device's allocations, pinned allocations, or the
 // pieces of work of a device, stream and name) and fails from the `after`-th
@@ -326,6 +326,7 @@ enum class FaultKind {
   kKernel = 3,             // a piece of work faults instead of running (its stream's error)
   kDeviceLost = 4,         // at a piece of work the device is lost (kDeviceLost from then on)
   kHang = 5,               // a piece of work hangs its stream until clearFaults() (or the process's end)
+  kCorrupt = 6,            // data a piece of work received (a collective's payload) has a bit flipped
 };
 struct Fault {
   FaultKind kind = FaultKind::kKernel;
@@ -339,7 +340,7 @@ struct Fault {
   bool sticky = false;  // kKernel: the fault poisons its device (every later call on it fails)
 };
 // A fault list as OPENMTIA_FAULTS gives it: faults separated by ";", each
-// a kind (oom, pinned_oom, kernel, lost, hang) and settings after ":" separated
+// a kind (oom, pinned_oom, kernel, lost, hang, corrupt) and settings after ":" separated
 // by "," (device=D, stream=S, op=NAME, sticky=1, after=N, times=N, rate=P,
 // seed=N, rank=R, restart=N):
 // "kernel:op=aten::mm,after=3;oom:device=1,times=0". A fault for another
@@ -357,6 +358,11 @@ void clearFaults();
 // fails it; then the failure is the stream's error, raised at its next
 // synchronization. False with a driver before ABI 1.6.
 bool hostWorkFaults(int device, StreamId stream, const char* name);
+// Work of `stream` named `name` received `bytes` at `data` (device memory,
+// or host memory staged for it) from outside the device (a collective's
+// payload): whether an armed corrupt fault flipped a bit of it. False with a
+// driver before ABI 1.7, and with no fault ever armed (then no driver call).
+bool dataReceived(int device, StreamId stream, const char* name, void* data, size_t bytes);
 
 // ---------------------------------------------------------------- graphs
 // While a stream is captured, tasks launched on it are recorded into a graph

@@ -18,6 +18,7 @@ model (which must predict the same) and draws the learning curve.
     python examples/dlrm.py --device cpu     # the reference run
     python examples/dlrm.py --check          # + the CPU twin: its AUC must match
     torchrun --standalone --nproc-per-node 2 examples/dlrm.py   # 2 ranks, tables sharded
+    ... --checkpoint DIR --checkpoint-every 50   # save every 50 steps; resume from DIR's newest
 """
 import argparse
 import datetime
@@ -254,10 +255,47 @@ def auc(preds, labels):
     return binary_auroc(preds, labels.long()).item()
 
 
+def latest_checkpoint(root):
+    """The newest complete checkpoint under `root` (a step_NNNNNN folder whose
+    metadata torch.distributed.checkpoint wrote last), or None."""
+    if not root or not os.path.isdir(root):
+        return None
+    done = [d for d in os.listdir(root) if d.startswith("step_") and os.path.exists(os.path.join(root, d, ".metadata"))]
+    return os.path.join(root, max(done)) if done else None
+
+
+def save_checkpoint(path, dmp, optimizer, step, rank, progress):
+    """A checkpoint after `step` steps: the sharded model and optimizer (the
+    tables' fused row-wise Adagrad state, the dense Adagrad's) with
+    torch.distributed.checkpoint, each rank its shards; the losses, the AUC
+    curve and this rank's predictions since its last point in a file of the
+    rank's own, written first (DCP's metadata, last, marks it complete)."""
+    import torch.distributed.checkpoint as dcp
+
+    os.makedirs(path, exist_ok=True)
+    torch.save(progress, os.path.join(path, f"progress_rank{rank}.pt"))
+    dcp.save({"model": dmp.state_dict(), "optim": optimizer.state_dict(), "step": torch.tensor(step)},
+             checkpoint_id=path)
+
+
+def load_checkpoint(path, dmp, optimizer, rank):
+    """Restores what save_checkpoint saved; returns (step, progress)."""
+    import torch.distributed.checkpoint as dcp
+
+    state = {"model": dmp.state_dict(), "optim": optimizer.state_dict(), "step": torch.tensor(0)}
+    dcp.load(state, checkpoint_id=path)
+    dmp.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optim"])
+    return int(state["step"]), torch.load(os.path.join(path, f"progress_rank{rank}.pt"))
+
+
 def train(args, device, rank, world, verbose=True):
-    """Trains a fresh model; returns it, its per-step losses, its progressive
-    AUC (each window's predictions, made before the window's updates), the
-    samples/s (median step after warm-up) and the held-out data."""
+    """Trains a fresh model (or resumes it from the newest checkpoint in
+    --checkpoint); returns it, its per-step losses, its progressive AUC (each
+    window's predictions, made before the window's updates), the samples/s
+    (median step after warm-up) and the held-out data."""
+    import itertools
+
     from torchrec.distributed.train_pipeline import TrainPipelineSparseDist
 
     dmp, optimizer, plan = build(device, world, args.seed, args.sharding or None)
@@ -267,13 +305,23 @@ def train(args, device, rank, world, verbose=True):
               f"fused EXACT_ROWWISE_ADAGRAD")
     train_data = make_data(args.samples, seed=args.seed + 1)
     held = make_data(args.held_out, seed=args.seed + 2)
-    pipeline = TrainPipelineSparseDist(dmp, optimizer, device, execute_all_batches=True)
     steps = args.samples // args.batch_size
-    it = iter(batches(train_data, args.batch_size, rank, world))
-    bar = Progress(steps, f"train on {device.type}") if verbose and rank == 0 else None
     losses, curve, times, cpu_times, window = [], [], [], [], []
+    first = 0
+    ckpt_dir, ckpt_every = getattr(args, "checkpoint", None), getattr(args, "checkpoint_every", 0)
+    resume = latest_checkpoint(ckpt_dir) if verbose else None  # (the CPU twin starts afresh)
+    if resume:  # a restarted job: the model, optimizer and curve as they were after that step
+        first, progress = load_checkpoint(resume, dmp, optimizer, rank)
+        losses, curve, window = progress["losses"], progress["curve"], progress["window"]
+        if rank == 0:
+            print(f"resumed from {resume}: step {first} of {steps}")
+    pipeline = TrainPipelineSparseDist(dmp, optimizer, device, execute_all_batches=True)
+    # the batches from the first not yet trained (the pipeline reads ahead: it
+    # holds the next batch's input distribution, never its update)
+    it = itertools.islice(batches(train_data, args.batch_size, rank, world), first, None)
+    bar = Progress(steps, f"train on {device.type}", done=first) if verbose and rank == 0 else None
     every = max(1, steps // 8)
-    for step in range(steps):
+    for step in range(first, steps):
         t0, c0 = time.perf_counter(), time.process_time()
         loss, logits, labels = pipeline.progress(it)
         if world > 1:
@@ -289,6 +337,9 @@ def train(args, device, rank, world, verbose=True):
             window = []
         if bar:
             bar.update(loss=f"{value:.4f}", samples_s=f"{args.batch_size / times[-1]:,.0f}")
+        if ckpt_dir and verbose and ckpt_every and (step + 1) % ckpt_every == 0 and step + 1 < steps:
+            save_checkpoint(os.path.join(ckpt_dir, f"step_{step + 1:06d}"), dmp, optimizer, step + 1, rank,
+                            {"losses": losses, "curve": curve, "window": window})
     if bar:
         bar.close()
     pipeline.detach()  # the model's own forward again (the pipeline had rewritten it)
@@ -344,6 +395,11 @@ def main():
     p.add_argument("--sharding", default="", type=sharding_types,
                    help=f"the sharding types the planner may pick, comma-separated ({', '.join(SHARDING_TYPES)}; "
                    "default: any it offers)")
+    p.add_argument("--checkpoint", metavar="DIR", help="save a checkpoint (torch.distributed.checkpoint: the "
+                   "sharded tables and optimizer) into DIR every --checkpoint-every steps, and resume from the "
+                   "newest one there (a restarted job)")
+    p.add_argument("--checkpoint-every", type=int, default=50)
+    p.add_argument("--losses-json", help="also write the per-step losses and the held-out AUC to this file")
     p.add_argument("--png", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "dlrm.png"))
     args = p.parse_args()
 
@@ -369,6 +425,11 @@ def main():
               f"DLRM, {len(TABLES)} tables, {args.samples:,} training samples, global batch {args.batch_size}")
     dmp, losses, curve, samples_s, held, (cpu_s, cores) = train(args, device, rank, world)
     final_auc = auc(*predict(dmp, held, args.batch_size, rank, world, device))
+    if args.losses_json and rank == 0:
+        import json
+
+        with open(args.losses_json, "w") as f:
+            json.dump({"losses": losses, "auc": final_auc}, f)
     path, same = checkpoint_roundtrip(dmp, args, device, rank, world, held)
 
     ok = same and final_auc > args.min_auc

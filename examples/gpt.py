@@ -241,7 +241,7 @@ def train(args, device, steps, verbose=True, seed=0):
         losses = state["progress"]["losses"].tolist()
         if rank == 0:
             print(f"resumed from {resume}: step {first} of {steps}")
-    bar = Progress(steps, f"train on {device}") if verbose and rank == 0 else None
+    bar = Progress(steps, f"train on {device}", done=first) if verbose and rank == 0 else None
     allocs_after_warmup = None
     is_mtia = dev_type == "mtia"
     graph, static = None, None

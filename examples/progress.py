@@ -5,13 +5,14 @@ import sys
 
 
 class Progress:
-    def __init__(self, total, desc, unit="step", lines=8):
-        self.total, self.desc, self.done = total, desc, 0
+    def __init__(self, total, desc, unit="step", lines=8, done=0):
+        """`done`: the steps done already (a resumed run)."""
+        self.total, self.desc, self.done = total, desc, done
         self.every = max(1, total // lines)
         self.bar = None
         if sys.stdout.isatty():
             from tqdm import tqdm
-            self.bar = tqdm(total=total, desc=desc, unit=unit, dynamic_ncols=True, file=sys.stdout)
+            self.bar = tqdm(total=total, desc=desc, unit=unit, dynamic_ncols=True, file=sys.stdout, initial=done)
 
     def update(self, **values):
         """One step done; `values` (name: text) shown with it."""

@@ -32,6 +32,7 @@ import warnings
 import torch
 import torch.distributed as dist
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # (also when imported from elsewhere)
+from checkpoints import latest_checkpoint  # examples/checkpoints.py  # noqa: E402
 from progress import Progress  # examples/progress.py  # noqa: E402
 
 
@@ -253,15 +254,6 @@ def predict(dmp, data, batch_size, rank, world, device):
 def auc(preds, labels):
     from torchmetrics.functional.classification import binary_auroc
     return binary_auroc(preds, labels.long()).item()
-
-
-def latest_checkpoint(root):
-    """The newest complete checkpoint under `root` (a step_NNNNNN folder whose
-    metadata torch.distributed.checkpoint wrote last), or None."""
-    if not root or not os.path.isdir(root):
-        return None
-    done = [d for d in os.listdir(root) if d.startswith("step_") and os.path.exists(os.path.join(root, d, ".metadata"))]
-    return os.path.join(root, max(done)) if done else None
 
 
 def save_checkpoint(path, dmp, optimizer, step, rank, progress):

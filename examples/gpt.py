@@ -31,6 +31,7 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # (also when imported from elsewhere)
+from checkpoints import latest_checkpoint  # examples/checkpoints.py  # noqa: E402
 from progress import Progress  # examples/progress.py  # noqa: E402
 
 CHARS = "0123456789+=\n."  # '.' pads
@@ -173,15 +174,6 @@ def deploy(model, prompts, device, directory):
     model.train()
     build_s = time.perf_counter() - start
     return torch._inductor.aoti_load_package(path), path, build_s
-
-
-def latest_checkpoint(root):
-    """The newest complete checkpoint under `root` (a step_NNNNNN folder whose
-    metadata torch.distributed.checkpoint wrote last), or None."""
-    if not root or not os.path.isdir(root):
-        return None
-    done = [d for d in os.listdir(root) if d.startswith("step_") and os.path.exists(os.path.join(root, d, ".metadata"))]
-    return os.path.join(root, max(done)) if done else None
 
 
 def checkpoint_state(model, opt, g, step, losses):

@@ -1,7 +1,6 @@
 """The second main job (examples/dlrm.py): TorchRec's DLRM trained on mtia,
 as scripts/example.sh runs it (with its CPU twin) and under torchrun on 2
 ranks."""
-import json
 import os
 import re
 import subprocess
@@ -9,6 +8,7 @@ import sys
 
 import pytest
 
+from elastic_jobs import RESTART, torchrun_job
 from job_output import assert_quiet
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -92,24 +92,11 @@ def test_torchrun_restarts_the_sharded_job_whose_rank_lost_its_device_and_it_end
     # the dense part's Adagrad, the pipeline's position, the AUC curve);
     # TorchElastic restarts both ranks, which resume from it and end with the
     # uninterrupted run's losses, every step, and its held-out AUC.
-    # (TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1: pytorch#135712, see docs/faults.md)
-    env = {**os.environ, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
-           "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-
-    def job(name, *extra, **more_env):
-        record = tmp_path / f"{name}.json"
-        out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                              *extra, DLRM, "--samples", "16384", "--batch-size", "512", "--held-out", "4096",
-                              "--min-auc", "0.6", "--sharding", "table_wise,row_wise", "--losses-json", str(record),
-                              "--png", str(tmp_path / f"{name}.png"), "--checkpoint", str(tmp_path / name),
-                              "--checkpoint-every", "10"],
-                             capture_output=True, text=True, timeout=900, env={**env, **more_env}, cwd=str(tmp_path))
-        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-        return out, json.loads(record.read_text())
-
-    plain, plain_record = job("plain")
-    faulted, record = job("faulted", "--max-restarts", "1", "--monitor-interval", "0.5",
-                          OPENMTIA_FAULTS="lost:op=aten::addmm,after=80,rank=1,restart=0")
+    args = ["--samples", "16384", "--batch-size", "512", "--held-out", "4096", "--min-auc", "0.6",
+            "--sharding", "table_wise,row_wise"]
+    plain, plain_record = torchrun_job(DLRM, tmp_path, "plain", args)
+    faulted, record = torchrun_job(DLRM, tmp_path, "faulted", args, RESTART,
+                                   OPENMTIA_FAULTS="lost:op=aten::addmm,after=80,rank=1,restart=0")
     assert "torch.AcceleratorError: openmtia: mtia:1 is lost" in faulted.stderr, faulted.stderr[-3000:]
     # (from the newest checkpoint before the fault: step 10 or 20, as the
     # fault falls; never from the start, never after the end)

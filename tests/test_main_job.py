@@ -9,6 +9,7 @@ import sys
 
 import pytest
 import torch
+from elastic_jobs import RESTART, torchrun_job
 from job_output import assert_quiet
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -126,23 +127,10 @@ def test_torchrun_restarts_a_ddp_job_whose_rank_lost_its_device_and_it_ends_as_a
     # issue 58: under torchrun --max-restarts 1, rank 1's device is lost
     # after the step-10 checkpoint; TorchElastic restarts both ranks, which
     # resume from it and end with the uninterrupted run's losses, every step.
-    # (TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1: torch 2.13's restarts otherwise
-    # read the first run's addresses from the shared store, pytorch#135712)
-    env = {**os.environ, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
-
-    def job(name, *extra, **more_env):
-        record = tmp_path / f"{name}.json"
-        out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                              *extra, GPT, "--steps", "24", "--width", "64", "--layers", "2", "--no-deploy",
-                              "--losses-json", str(record), "--png", str(tmp_path / f"{name}.png"),
-                              "--checkpoint", str(tmp_path / name), "--checkpoint-every", "10"],
-                             capture_output=True, text=True, timeout=600, env={**env, **more_env})
-        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-        return out, json.loads(record.read_text())
-
-    plain, plain_losses = job("plain")
-    faulted, losses = job("faulted", "--max-restarts", "1", "--monitor-interval", "0.5",
-                          OPENMTIA_FAULTS="lost:op=aten::mm,after=300,rank=1,restart=0")
+    args = ["--steps", "24", "--width", "64", "--layers", "2", "--no-deploy"]
+    plain, plain_losses = torchrun_job(GPT, tmp_path, "plain", args)
+    faulted, losses = torchrun_job(GPT, tmp_path, "faulted", args, RESTART,
+                                   OPENMTIA_FAULTS="lost:op=aten::mm,after=300,rank=1,restart=0")
     assert "torch.AcceleratorError: openmtia: mtia:1 is lost" in faulted.stderr, faulted.stderr[-3000:]
     # (from the newest checkpoint before the fault: step 10 or 20, as the
     # 300th mm falls; never from the start, never after the end)

@@ -27,6 +27,7 @@ def run(code, **env):
     out = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120,
                          env={**os.environ, **env})
     assert out.returncode == 0, out.stderr[-3000:]
+    assert "Exception ignored" not in out.stderr, out.stderr[-3000:]  # (the exit's own handlers raise nothing)
     return out.stdout
 
 
@@ -228,6 +229,9 @@ BROKEN_DEVICE = """
     b = torch.randn(64, 64, device="mtia:1")
     expected = a.cpu() @ a.cpu()
     (a @ a).sum().item()  # (the signature's first call ran already)
+    torch.randn(3, device="mtia", requires_grad=True).mul(2).sum().backward()  # (autograd's device threads: settled at exit)
+    done = torch.mtia.Event()
+    done.record()
     faults.inject(KIND, **SETTINGS)
     y = a @ a  # returns: the device faults in the kernel
     def error(f):
@@ -247,7 +251,8 @@ BROKEN_DEVICE = """
     assert early in (None, first), early
     # every later call on the device fails the same way, not once
     for call in (torch.mtia.synchronize, lambda: a + 1, lambda: a.cpu(), lambda: torch.mtia.Event().record(),
-                 lambda: torch.ones(3).to("mtia"), lambda: torch.mtia.current_stream().synchronize()):
+                 lambda: torch.ones(3).to("mtia"), lambda: torch.mtia.current_stream().synchronize(),
+                 lambda: torch.empty(7 << 20, device="mtia"), done.query):  # (a size the cache never held: the driver's allocation)
         assert error(call) == first, error(call)
     # the other device goes on, as CPU
     torch.testing.assert_close((b @ b).cpu(), b.cpu() @ b.cpu())

@@ -44,15 +44,18 @@ namespace openmtia {
 namespace {
 bool settleAutogradDeviceThreads() {
   py::gil_scoped_release no_gil;  // the earlier task's decref needs the GIL
-  try {
-    for (c10::DeviceIndex d = 0; d < deviceCount(); ++d) {
+  bool settled = true;
+  for (c10::DeviceIndex d = 0; d < deviceCount(); ++d) {
+    try {
       at::Tensor x = at::ones({1}, at::TensorOptions().device(kMTIA, d)).requires_grad_(true);
       torch::autograd::backward({x.mul(2).sum()});
+    } catch (const c10::Error&) {
+      // mtia unusable here (a forked child), or this device broke (lost, a
+      // sticky fault) and runs nothing more: the other devices still settle
+      settled = false;
     }
-    return true;
-  } catch (const c10::Error&) {
-    return false;  // mtia unusable here (a forked child): nothing of ours to settle
   }
+  return settled;
 }
 }  // namespace
 

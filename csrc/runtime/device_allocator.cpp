@@ -85,6 +85,8 @@ c10::DataPtr allocateOn(c10::DeviceIndex device, size_t n) {
     omr::memGetInfo(device, &free_b, &total);
     recordOom(device, n, free_b);
     TORCH_CHECK_WITH(OutOfMemoryError, false, e.what());
+  } catch (const omr::Error& e) {  // e.g. a broken device: torch.AcceleratorError, as at any other call
+    throwDriverError(e);
   }
   size_t size = omr::CachingAllocator::roundSize(n);
   recordAlloc(device, p, size, stream, std::move(context));

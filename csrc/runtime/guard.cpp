@@ -80,7 +80,7 @@ struct MTIAGuardImpl final : public c10::impl::DeviceGuardImplInterface {
                             omr::kTaskMayBlock | omr::kTaskUntraced);  // (it may wait for a collective)
     }
   }
-  bool queryEvent(void* event) const override { return !event || omr::eventQuery(asEvent(event)); }
+  bool queryEvent(void* event) const override { return !event || OMR_CALL(omr::eventQuery(asEvent(event))); }
   void synchronizeEvent(void* event) const override {
     if (event) OMR_CALL(omr::eventSynchronize(asEvent(event)));
   }

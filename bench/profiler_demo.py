@@ -36,7 +36,7 @@ with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.MTIA], profile_m
 
 print(prof.key_averages().table(sort_by="device_time_total", row_limit=12, max_name_column_width=32))
 path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "mtia_trace.json")
-os.makedirs(os.path.dirname(path), exist_ok=True)
+os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
 prof.export_chrome_trace(path)
 events = json.load(open(path))["traceEvents"]
 names = {(e["pid"], e["tid"]): e["args"]["name"] for e in events

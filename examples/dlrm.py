@@ -456,7 +456,7 @@ def write_png(path, losses, curve, device, world):
         import matplotlib.pyplot as plt
     except ImportError:
         return print("  (matplotlib missing: no learning curve)")
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 4))
     k = 20
     smooth = [sum(losses[max(0, i - k):i + 1]) / len(losses[max(0, i - k):i + 1]) for i in range(len(losses))]

@@ -407,7 +407,7 @@ def main():
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-        os.makedirs(os.path.dirname(args.png), exist_ok=True)
+        os.makedirs(os.path.dirname(args.png) or ".", exist_ok=True)
         fig, ax = plt.subplots(figsize=(7, 4))
         ax.plot(losses)
         ax.set_xlabel("step")

@@ -1,6 +1,7 @@
 """A main job under torchrun, as the recovery tests run it (issue 58): 2 ranks
 on this host, checkpoints every 10 steps into tmp_path/NAME, the losses (and
-metric) in tmp_path/NAME.json."""
+metric) in tmp_path/NAME.json, its chart as NAME.png in its working folder
+(tmp_path: a path with no folder is one)."""
 import json
 import os
 import subprocess
@@ -15,7 +16,7 @@ def torchrun_job(script, tmp_path, name, script_args, torchrun_args=(), **env):
     record = tmp_path / f"{name}.json"
     out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                           *torchrun_args, script, *script_args, "--losses-json", str(record),
-                          "--png", str(tmp_path / f"{name}.png"), "--checkpoint", str(tmp_path / name),
+                          "--png", f"{name}.png", "--checkpoint", str(tmp_path / name),
                           "--checkpoint-every", "10"],
                          capture_output=True, text=True, timeout=900, cwd=str(tmp_path),
                          env={**os.environ, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",

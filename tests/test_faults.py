@@ -232,6 +232,8 @@ BROKEN_DEVICE = """
     torch.randn(3, device="mtia", requires_grad=True).mul(2).sum().backward()  # (autograd's device threads: settled at exit)
     done = torch.mtia.Event()
     done.record()
+    pinned = torch.ones(4096).pin_memory()
+    staged = pinned.to("mtia", non_blocking=True)  # (the pinned block's free records an event on the stream)
     faults.inject(KIND, **SETTINGS)
     y = a @ a  # returns: the device faults in the kernel
     def error(f):
@@ -254,6 +256,8 @@ BROKEN_DEVICE = """
                  lambda: torch.ones(3).to("mtia"), lambda: torch.mtia.current_stream().synchronize(),
                  lambda: torch.empty(7 << 20, device="mtia"), done.query):  # (a size the cache never held: the driver's allocation)
         assert error(call) == first, error(call)
+    del pinned, staged  # (a free does not fail, nor abort the process)
+    torch.testing.assert_close(torch.arange(8.).pin_memory(), torch.arange(8.))
     # the other device goes on, as CPU
     torch.testing.assert_close((b @ b).cpu(), b.cpu() @ b.cpu())
     del a, y, z  # (frees do not fail)

@@ -26,13 +26,31 @@ struct MTIAHostAllocatorImpl final : public at::CachingHostAllocatorImpl<c10::St
  private:
   void allocate_host_memory(size_t size, void** ptr) override { *ptr = OMR_CALL(omr::hostMallocPinned(size)); }
   void free_block(at::HostBlock<c10::Stream>* block) override { omr::hostFreePinned(block->ptr_); }
+  // (at a free: it must not throw from a tensor's deleter) A stream of a
+  // device that broke (lost, or poisoned by a sticky fault) runs nothing
+  // more: the block needs no event of it, and one recorded before is passed.
   void record_stream(std::optional<std::vector<PinnedEvent>>& events, c10::Stream stream) override {
     PinnedEvent e;
     e.event.reset(OMR_CALL(omr::eventCreate(false)));
-    OMR_CALL(omr::eventRecord(e.event.get(), stream.device_index(), streamId(stream)));
+    try {
+      omr::eventRecord(e.event.get(), stream.device_index(), streamId(stream));
+    } catch (const omr::Error& err) {
+      if (deviceBroke(err)) return;
+      throwDriverError(err);
+    }
     events->push_back(std::move(e));
   }
-  bool query_event(PinnedEvent& e) override { return OMR_CALL(omr::eventQuery(e.event.get())); }
+  bool query_event(PinnedEvent& e) override {
+    try {
+      return omr::eventQuery(e.event.get());
+    } catch (const omr::Error& err) {
+      if (deviceBroke(err)) return true;
+      throwDriverError(err);
+    }
+  }
+  static bool deviceBroke(const omr::Error& e) {
+    return e.code() == omr::ErrorCode::kDeviceLost || e.code() == omr::ErrorCode::kTaskFailed;
+  }
   c10::Stream get_current_stream() const override { return currentStream(currentDevice()); }
   bool stream_is_capturing(c10::Stream) const override { return false; }
 };

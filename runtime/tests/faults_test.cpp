@@ -2,11 +2,13 @@
 // and the emulated driver below it: what each fault fails, and when.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <future>
 #include <cstdlib>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -190,7 +192,48 @@ void brokenDeviceChild(const omr::Fault& fault, omr::ErrorCode code, const std::
   std::exit(0);
 }
 
+// Streams that wait for an event whose record was queued behind the work
+// that lost its device (the record never runs): the waits fail with the
+// device's error, on that device's other stream and on another device, never
+// blocking for ever; so do the host's wait for the event and the end of the
+// stream workers (the exit of a rank whose device was lost hung there).
+void waitsForABrokenDevicesEventChild() {
+  CHILD_CHECK(omr::deviceCount() > 1);
+  omr::Fault f = workFault(omr::FaultKind::kDeviceLost, "bad");
+  f.device = 0;
+  omr::injectFault(f);
+  const omr::StreamId s = omr::streamFromPool(0, 0), same = omr::streamFromPool(0, 0);
+  const omr::StreamId other = omr::streamFromPool(1, 0);
+  CHILD_CHECK(s != same);
+  std::atomic<bool> go{false};
+  omr::launch(0, s, "gate", [&go] {  // (the waits start before the device breaks)
+    for (int i = 0; i < 500 && !go.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  });
+  omr::launch(0, s, "bad", [] {});
+  omr::Event* e = omr::eventCreate(false);
+  omr::eventRecord(e, 0, s);
+  omr::streamWaitEvent(0, same, e);
+  omr::streamWaitEvent(1, other, e);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  go = true;
+  const auto lost = errorOf([&] { omr::streamSynchronize(1, other); });
+  CHILD_CHECK(lost.first == omr::ErrorCode::kTaskFailed);  // (its wait, work of device 1, failed)
+  CHILD_CHECK(lost.second.find("mtia:0 is lost") != std::string::npos);
+  CHILD_CHECK(errorOf([&] { omr::eventSynchronize(e); }).first == omr::ErrorCode::kDeviceLost);
+  bool ran = false;  // device 1 goes on
+  omr::launch(1, other, "fine", [&ran] { ran = true; });
+  omr::streamSynchronize(1, other);
+  CHILD_CHECK(ran);
+  omr::stopWorkers();  // (joins the workers: device 0's other stream's too)
+  std::exit(0);
+}
+
 }  // namespace
+
+TEST(FaultsDeathTest, WaitsForAnEventOfADeviceLostBeforeItsRecordFailAndNeverBlock) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(waitsForABrokenDevicesEventChild(), ::testing::ExitedWithCode(0), "");
+}
 
 TEST(FaultsDeathTest, AStickyKernelFaultBreaksItsDeviceOnlyAndEveryLaterCallOnItFails) {
   GTEST_FLAG_SET(death_test_style, "threadsafe");

@@ -1060,6 +1060,17 @@ void eventRecord(Event* event, int device, StreamId stream) {
   if (st->version == version) st->record_seq = seq;
 }
 
+// Waits (st.mu held by `lk`) until the event reached `version`: true; false
+// if its device broke first (a lost device or a sticky fault): its record
+// then never runs, and nothing may wait for it forever (a stream of another
+// device, the host, or the process's exit joining a worker that waits).
+bool waitForEvent(EventState& st, std::unique_lock<std::mutex>& lk, uint64_t version) {
+  auto reached = [&] { return st.done_version >= version; };
+  while (!st.cv.wait_for(lk, std::chrono::milliseconds(20), reached))
+    if (faults::broken(st.device)) return false;
+  return true;
+}
+
 void streamWaitEvent(int device, StreamId stream, Event* event) {
   std::shared_ptr<EventState> st = event->st;
   uint64_t version;
@@ -1072,7 +1083,10 @@ void streamWaitEvent(int device, StreamId stream, Event* event) {
   EventState* waits_on = st.get();
   const uint64_t seq = s.push("stream_wait_event", Task([st, version] {
     std::unique_lock<std::mutex> lk(st->mu);
-    st->cv.wait(lk, [&] { return st->done_version >= version; });
+    if (waitForEvent(*st, lk, version)) return;
+    const int broke = st->device;
+    lk.unlock();
+    faults::checkUsable(broke);  // (this wait fails with the broken device's error)
   }), Runtime::get().queue_depth, tagNow(), waits_on, version);
   if (seq && Runtime::get().launch_blocking) s.synchronize();
 }
@@ -1096,9 +1110,13 @@ void eventSynchronize(Event* event) {
       Stream::helpRecord(st.get(), version);
       lk.lock();
     }
-    st->cv.wait(lk, [&] { return st->done_version >= version; });
+    const bool reached = waitForEvent(*st, lk, version);
     device = st->device;
     stream = st->stream;
+    if (!reached) {
+      lk.unlock();
+      faults::checkUsable(device);  // its device broke: its error
+    }
   }
   if (strict::enabled()) strict::close(device);
   getStream(device, stream).raiseError();

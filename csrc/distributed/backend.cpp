@@ -883,10 +883,11 @@ class MtiaBackend final : public c10d::Backend {
           deviceAllocator()->recordStream(t.storage().data_ptr(), comm);
     }
     int size = getSize(), rank = getRank();
-    OMR_CALL(omr::launch(exec, stream, (std::string("c10d:") + name).c_str(),
+    std::string task = std::string("c10d:") + name;  // (its name: a corrupt fault's too)
+    OMR_CALL(omr::launch(exec, stream, task.c_str(),
                          [op, run = std::move(run), mesh, sig, timeout, size, rank, sizes = std::move(sizes),
                           stage_in = std::move(stage_in), stage_out = std::move(stage_out), exec, stream, name,
-                          received = std::move(received), verify] {
+                          task, received = std::move(received), verify] {
                            try {
                              if (mesh) {
                                std::vector<int64_t> all(static_cast<size_t>(size) * kSig);
@@ -898,8 +899,8 @@ class MtiaBackend final : public c10d::Backend {
                              if (w) w->wait();
                              for (const Staged& s : stage_out) s.device.copy_(s.host);
                              if (!received.empty())
-                               OMR_CALL(omr::dataReceived(exec, stream, (std::string("c10d:") + name).c_str(),
-                                                          received[0].data_ptr(), spanBytes(received[0])));
+                               OMR_CALL(omr::dataReceived(exec, stream, task.c_str(), received[0].data_ptr(),
+                                                          spanBytes(received[0])));
                              if (verify) verifyChecksums(*mesh, received, (*sig)[kSeq], name, size, rank, timeout);
                              op->finish(nullptr);
                            } catch (abi::__forced_unwind&) {
